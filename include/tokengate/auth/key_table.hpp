@@ -1,0 +1,31 @@
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "tokengate/config/config.hpp"
+
+namespace tokengate::auth {
+
+struct Principal {
+    std::size_t tenant = 0;  // index into GatewayConfig::tenants
+    std::string key_id;      // first 12 hex digits of the key's SHA-256: safe to log
+};
+
+/// The API key from `Authorization: Bearer <key>`, else from `x-api-key`; empty if neither.
+std::string_view extract_key(std::string_view authorization, std::string_view x_api_key);
+
+/// Maps key digests to tenants. Only digests are kept; lookups hash the presented key and
+/// confirm the match with a constant-time comparison.
+class KeyTable {
+public:
+    explicit KeyTable(const config::GatewayConfig& config);
+    std::optional<Principal> authenticate(std::string_view key) const;
+
+private:
+    std::unordered_map<std::string, std::size_t> tenant_by_digest_;
+};
+
+}  // namespace tokengate::auth

@@ -1,0 +1,31 @@
+#pragma once
+
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "tokengate/config/config.hpp"
+#include "tokengate/limiter/decision.hpp"
+
+namespace tokengate::classify {
+
+/// The first route whose path (exact, or prefix) and model patterns match.
+std::optional<std::size_t> match_route(const config::GatewayConfig& config, std::string_view path,
+                                       std::string_view model);
+
+struct RequestFacts {
+    std::size_t tenant = 0;
+    std::string_view client_ip;
+    std::size_t route = 0;
+    std::string_view model;
+    double cost = 0;
+};
+
+/// Every limit that applies to a request, at every level, as charges to decide on at once.
+std::vector<limiter::Charge> applicable_limits(const config::GatewayConfig& config,
+                                               const RequestFacts& facts);
+
+/// Whether a limit with a `models:` filter applies to this model.
+bool limit_applies(const config::LimitSpec& spec, std::string_view model);
+
+}  // namespace tokengate::classify

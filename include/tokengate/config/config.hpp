@@ -1,0 +1,151 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tokengate/core/cidr.hpp"
+#include "tokengate/core/clock.hpp"
+
+namespace tokengate::config {
+
+enum class Level { tenant, ip, route, global };
+enum class Algorithm { token_bucket, leaky_bucket, concurrency };
+enum class LeakyMode { police, shape };
+enum class Unit { requests, cost };
+enum class Rounding { floor, ceil };
+enum class StoreBackend { memory, redis };
+enum class OnStoreError { fail_open, fail_closed, local };
+
+const char* to_string(Level level);
+const char* to_string(Algorithm algorithm);
+const char* to_string(Unit unit);
+
+struct LimitSpec {
+    std::string name;
+    Algorithm algorithm = Algorithm::token_bucket;
+    LeakyMode mode = LeakyMode::police;
+    Unit unit = Unit::requests;
+    double capacity = 0;       // token/leaky: bucket size; concurrency: `max`
+    double rate_per_s = 0;     // token/leaky only
+    double initial = 1.0;      // token bucket: fraction of capacity at creation
+    core::Nanos max_wait = 0;  // leaky shape only
+    bool enforce = true;
+    bool fair = false;
+    std::vector<std::string> models;  // glob patterns; empty = every model
+};
+
+struct ServerConfig {
+    std::string host = "0.0.0.0";
+    std::uint16_t port = 8080;
+    unsigned threads = 0;  // 0 = one per core
+    std::uint64_t max_body_bytes = 4ull << 20;
+    std::uint32_t max_header_bytes = 16u << 10;
+    std::uint64_t max_connections = 10000;
+    core::Nanos header_timeout = 10 * core::k_nanos_per_second;
+    core::Nanos idle_timeout = 75 * core::k_nanos_per_second;
+    core::Nanos drain_timeout = 30 * core::k_nanos_per_second;
+    std::vector<core::Cidr> trusted_proxies;
+};
+
+struct AdminConfig {
+    bool enabled = true;
+    std::string host = "127.0.0.1";
+    std::uint16_t port = 9090;
+    std::string token_env = "TOKENGATE_ADMIN_TOKEN";
+};
+
+struct UpstreamConfig {
+    std::string name;
+    std::string url;
+    std::string host;
+    std::uint16_t port = 80;
+    std::string base_path;  // prefix prepended to the client's target ("" or "/x")
+    std::string api_key;    // resolved from api_key_env at load; empty = send no key
+    std::uint64_t max_connections = 512;
+    core::Nanos connect_timeout = 2 * core::k_nanos_per_second;
+    core::Nanos first_byte_timeout = 120 * core::k_nanos_per_second;
+    core::Nanos stream_idle_timeout = 60 * core::k_nanos_per_second;
+    unsigned eject_consecutive_failures = 5;
+    core::Nanos eject_for = 10 * core::k_nanos_per_second;
+};
+
+struct WeightedUpstream {
+    std::size_t upstream = 0;  // index into GatewayConfig::upstreams
+    unsigned weight = 1;
+};
+
+struct RouteConfig {
+    std::string path;
+    bool prefix = false;
+    std::vector<WeightedUpstream> upstreams;
+    std::vector<std::string> models;
+    std::vector<LimitSpec> limits;
+};
+
+struct ModelCost {
+    std::string pattern;
+    double cost_factor = 1.0;
+};
+
+struct CostConfig {
+    double input_per = 100;
+    double input_min = 1;
+    double output_per = 50;
+    double output_min = 1;
+    Rounding rounding = Rounding::floor;
+    double stream_surcharge = 1;
+    std::uint64_t default_max_tokens = 256;
+    std::string tiktoken_path;  // empty = heuristic estimator
+};
+
+struct TierConfig {
+    std::string name;
+    std::vector<LimitSpec> limits;
+};
+
+struct TenantConfig {
+    std::string id;
+    std::string tier;
+    std::vector<std::string> key_digests;  // raw 32-byte SHA-256 digests
+    std::vector<LimitSpec> limits;         // effective: tier limits with overrides applied
+};
+
+struct RedisConfig {
+    std::string url = "redis://127.0.0.1:6379/0";
+    std::string prefix = "tg:";
+    core::Nanos timeout = 50'000'000;
+    unsigned pool = 8;
+    OnStoreError on_error = OnStoreError::local;
+};
+
+struct StoreConfig {
+    StoreBackend backend = StoreBackend::memory;
+    RedisConfig redis;
+};
+
+struct LogConfig {
+    std::string access = "stdout";  // stdout | off | a file path
+    std::string level = "info";
+};
+
+/// The whole validated configuration. Immutable once loaded: each request takes one snapshot.
+struct GatewayConfig {
+    std::string source_path;
+    ServerConfig server;
+    AdminConfig admin;
+    std::vector<UpstreamConfig> upstreams;
+    std::vector<RouteConfig> routes;
+    std::vector<ModelCost> models;
+    CostConfig cost;
+    std::vector<TierConfig> tiers;
+    std::vector<TenantConfig> tenants;
+    std::vector<LimitSpec> ip_limits;
+    std::vector<LimitSpec> global_limits;
+    StoreConfig store;
+    LogConfig log;
+    std::vector<std::string> warnings;  // "file:line:col: message", e.g. plain keys
+};
+
+}  // namespace tokengate::config

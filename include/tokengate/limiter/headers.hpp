@@ -1,0 +1,35 @@
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tokengate/limiter/decision.hpp"
+
+namespace tokengate::limiter {
+
+struct HeaderField {
+    std::string name;
+    std::string value;
+};
+
+/// Every rate-limit header of SPEC §6/§10 for a decision, describing the state right after
+/// admission: X-RateLimit-*, IETF RateLimit-Policy/RateLimit, OpenAI x-ratelimit-*-requests /
+/// -tokens, and Retry-After on a refusal that could ever pass.
+std::vector<HeaderField> rate_limit_headers(const Decision& decision, core::Nanos unix_now);
+
+/// OpenAI-style duration, rounded up to the millisecond: "12ms", "1s", "1.5s", "6m0s", "1h2m3s".
+std::string openai_duration(core::Nanos duration);
+
+/// A number as configured: "10", "2.5".
+std::string format_number(double value);
+
+/// The OpenAI error fields of a 429.
+struct Rejection {
+    std::string type;  // requests | tokens | concurrency
+    std::string code;  // rate_limit_exceeded | request_too_large_for_limit
+    std::string message;
+};
+Rejection describe_rejection(const Decision& decision, std::span<const Charge> charges);
+
+}  // namespace tokengate::limiter

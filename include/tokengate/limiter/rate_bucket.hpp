@@ -1,0 +1,66 @@
+#pragma once
+
+#include "tokengate/config/config.hpp"
+#include "tokengate/core/clock.hpp"
+
+namespace tokengate::limiter {
+
+/// What a bucket says about one request, before anything is charged.
+struct Verdict {
+    bool admitted = false;
+    bool never = false;           // the amount exceeds what the bucket can ever hold
+    double remaining = 0;         // units left after admission (or now, when refused)
+    core::Nanos until_full = 0;   // from now until the bucket is full again
+    core::Nanos retry_after = 0;  // refused: from now until this amount could pass
+};
+
+/// Token bucket and leaky-bucket police meter in one state: GCRA's theoretical arrival time.
+///
+/// With tau = C/R (time to fill from empty), tokens(now) = C - max(0, tat - now)·R, and a
+/// leaky meter's water is W = C - tokens, so both admit iff tokens >= c (W + c <= C).
+/// Integer nanoseconds keep the arithmetic exact for rates that divide a second.
+class RateBucket {
+public:
+    RateBucket() = default;
+    /// A new bucket: a token bucket at its `initial` fill, a leaky meter empty (full of room).
+    RateBucket(const config::LimitSpec& spec, core::Nanos now);
+
+    Verdict check(double amount, core::Nanos now) const;
+    void consume(double amount, core::Nanos now);
+    /// Settlement: positive charges more (down to a debt of -C), negative refunds (up to C).
+    void adjust(double delta, core::Nanos now);
+
+    double tokens(core::Nanos now) const;
+    core::Nanos until_full(core::Nanos now) const;
+    bool is_full(core::Nanos now) const { return tat_ <= now; }
+    /// Keeps the level in absolute units when capacity or rate change (reload).
+    void reconfigure(const config::LimitSpec& spec, core::Nanos now);
+    double capacity() const { return capacity_; }
+    double rate_per_s() const { return rate_per_s_; }
+
+private:
+    core::Nanos nanos_for(double amount) const;
+
+    core::Nanos tat_ = 0;
+    core::Nanos tau_ = 0;
+    double capacity_ = 0;
+    double rate_per_s_ = 0;
+};
+
+/// At most `max` requests (or cost units) in flight.
+class ConcurrencyGauge {
+public:
+    explicit ConcurrencyGauge(double max = 0) : max_(max) {}
+    Verdict check(double amount) const;
+    void acquire(double amount) { in_flight_ += amount; }
+    void release(double amount);
+    double in_flight() const { return in_flight_; }
+    double max() const { return max_; }
+    void set_max(double max) { max_ = max; }
+
+private:
+    double max_;
+    double in_flight_ = 0;
+};
+
+}  // namespace tokengate::limiter

@@ -1,0 +1,20 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tokengate::mock {
+
+struct MockOptions {
+    std::string host = "127.0.0.1";
+    std::uint16_t port = 8000;
+    double tokens_per_s = 200;  // 0 = generate instantly
+};
+
+/// An OpenAI-compatible fake inference server: /v1/chat/completions, /v1/completions (JSON and
+/// SSE, `usage` filled in), /v1/models, /health and vLLM-style /metrics. Per request,
+/// `x-mock-completion-tokens`, `x-mock-delay-ms` and `x-mock-status` override its behaviour.
+/// Blocks until SIGINT/SIGTERM; returns the exit code.
+int run_mock_upstream(const MockOptions& options);
+
+}  // namespace tokengate::mock

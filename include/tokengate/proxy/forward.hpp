@@ -1,0 +1,63 @@
+#pragma once
+
+#include <boost/beast/http.hpp>
+
+#include <functional>
+#include <memory>
+
+#include "tokengate/core/clock.hpp"
+#include "tokengate/proxy/pool.hpp"
+
+namespace tokengate::proxy {
+
+namespace http = beast::http;
+
+/// Removes hop-by-hop headers (RFC 9110 §7.6.1), including those the Connection header names.
+void strip_hop_by_hop(http::fields& fields);
+
+/// Shared between a forward and the coroutine that watches the client socket meanwhile.
+struct ExchangeWatch {
+    bool client_gone = false;
+    bool finished = false;
+    UpstreamConnection* active = nullptr;  // cancelled when the client goes away
+};
+
+enum class ForwardOutcome {
+    completed,             // the whole response reached the client
+    upstream_unavailable,  // nothing received: refused, reset, bad response → 502
+    upstream_timeout,      // nothing received in time → 504
+    upstream_broken,       // the upstream failed after the response started
+    client_gone,           // the client went away; the upstream request was cancelled
+};
+
+struct ForwardResult {
+    ForwardOutcome outcome = ForwardOutcome::upstream_unavailable;
+    unsigned status = 0;         // the upstream's status, once a response started
+    bool response_started = false;
+    std::uint64_t body_bytes = 0;
+    core::Nanos first_byte_at = 0;  // clock time the upstream's response head arrived
+};
+
+struct ForwardHooks {
+    /// Adds the gateway's headers to the response head just before it goes to the client.
+    std::function<void(http::response_header<>&)> decorate;
+    /// Sees every body chunk as it passes (for settlement); must not keep the pointer.
+    std::function<void(const char*, std::size_t)> on_chunk;
+};
+
+struct ClientSide {
+    beast::tcp_stream& stream;
+    bool keep_alive = true;
+    unsigned version = 11;
+    bool head_request = false;
+};
+
+/// Sends `request` upstream (retrying once on a stale pooled connection) and relays the
+/// response to the client chunk by chunk, with backpressure: a chunk is read from the upstream
+/// only after the previous one was written to the client.
+net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& health,
+                                      http::request<http::string_body>& request, ClientSide client,
+                                      std::shared_ptr<ExchangeWatch> watch, const ForwardHooks& hooks,
+                                      const core::Clock& clock);
+
+}  // namespace tokengate::proxy

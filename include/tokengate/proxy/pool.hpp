@@ -1,0 +1,71 @@
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+
+#include <atomic>
+#include <deque>
+#include <memory>
+
+#include "tokengate/config/config.hpp"
+
+namespace tokengate::proxy {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+
+struct UpstreamConnection {
+    explicit UpstreamConnection(net::any_io_executor ex) : stream(std::move(ex)) {}
+    beast::tcp_stream stream;
+    beast::flat_buffer buffer;
+    bool reused = false;
+};
+
+/// Passive health of one upstream, shared by every worker thread: after N consecutive
+/// failures the upstream is ejected for a while (SPEC §10).
+class UpstreamHealth {
+public:
+    bool available(core::Nanos now) const { return now >= ejected_until_.load(std::memory_order_relaxed); }
+    void record_success() { consecutive_failures_.store(0, std::memory_order_relaxed); }
+    /// Returns true when this failure ejects the upstream.
+    bool record_failure(const config::UpstreamConfig& config, core::Nanos now);
+
+private:
+    std::atomic<unsigned> consecutive_failures_{0};
+    std::atomic<core::Nanos> ejected_until_{0};
+};
+
+/// Keep-alive connections to one upstream, owned by one worker thread (no locking).
+/// At most `max_open` connections exist; further acquirers wait in FIFO order.
+class ConnectionPool {
+public:
+    ConnectionPool(net::any_io_executor ex, config::UpstreamConfig config, std::size_t max_open);
+
+    struct Acquired {
+        beast::error_code ec;  // beast::error::timeout when no connection could be had in time
+        std::unique_ptr<UpstreamConnection> connection;
+    };
+    /// An idle pooled connection, or a new one. `fresh` skips the idle ones (a retry).
+    net::awaitable<Acquired> acquire(bool fresh);
+    /// Returns a connection; a reusable one goes back to the idle list.
+    void release(std::unique_ptr<UpstreamConnection> connection, bool reusable);
+
+    const config::UpstreamConfig& config() const { return config_; }
+    std::size_t open() const { return open_; }
+    void update_config(config::UpstreamConfig config, std::size_t max_open);
+
+private:
+    net::awaitable<Acquired> connect();
+    void wake_one();
+
+    net::any_io_executor ex_;
+    config::UpstreamConfig config_;
+    std::size_t max_open_;
+    std::size_t open_ = 0;
+    std::deque<std::unique_ptr<UpstreamConnection>> idle_;
+    std::deque<std::shared_ptr<net::steady_timer>> waiters_;
+};
+
+}  // namespace tokengate::proxy

@@ -1,0 +1,36 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "tokengate/config/config.hpp"
+#include "tokengate/core/clock.hpp"
+
+namespace spdlog {
+class logger;
+}
+
+namespace tokengate::server {
+
+/// The gateway: one event loop and one listening socket (SO_REUSEPORT) per thread.
+class Gateway {
+public:
+    virtual ~Gateway() = default;
+    /// Serves until stop() or the end of a drain; returns when every thread has finished.
+    virtual void run() = 0;
+    /// Graceful: stop accepting, close idle connections, let in-flight requests finish within
+    /// server.drain_timeout, then stop. Thread-safe.
+    virtual void drain() = 0;
+    /// Immediate stop. Thread-safe.
+    virtual void stop() = 0;
+    /// Swaps in a validated config; bucket state of limits that still exist is kept.
+    virtual void reload(std::shared_ptr<const config::GatewayConfig> config) = 0;
+    /// The port the gateway listens on (useful when the config says port 0).
+    virtual unsigned short port() const = 0;
+};
+
+std::unique_ptr<Gateway> make_gateway(std::shared_ptr<const config::GatewayConfig> config,
+                                      std::shared_ptr<spdlog::logger> access_log,
+                                      const core::Clock& clock);
+
+}  // namespace tokengate::server

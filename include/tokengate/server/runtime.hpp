@@ -1,0 +1,35 @@
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+
+#include "tokengate/auth/key_table.hpp"
+#include "tokengate/config/config.hpp"
+#include "tokengate/proxy/pool.hpp"
+
+namespace tokengate::server {
+
+/// Everything derived from one config, swapped whole on reload. A request takes one
+/// snapshot and uses it to the end, so a reload never changes a request mid-way.
+struct Runtime {
+    explicit Runtime(std::shared_ptr<const config::GatewayConfig> config,
+                     const Runtime* previous = nullptr);
+
+    std::shared_ptr<const config::GatewayConfig> config;
+    auth::KeyTable keys;
+    /// Health per upstream (same index as config->upstreams); kept across reloads by name.
+    std::vector<std::shared_ptr<proxy::UpstreamHealth>> health;
+};
+
+class RuntimeHolder {
+public:
+    explicit RuntimeHolder(std::shared_ptr<const Runtime> runtime) : current_(std::move(runtime)) {}
+    std::shared_ptr<const Runtime> get() const { return current_.load(std::memory_order_acquire); }
+    void set(std::shared_ptr<const Runtime> runtime) { current_.store(std::move(runtime), std::memory_order_release); }
+
+private:
+    std::atomic<std::shared_ptr<const Runtime>> current_;
+};
+
+}  // namespace tokengate::server

@@ -1,0 +1,47 @@
+#pragma once
+
+#include <array>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "tokengate/core/clock.hpp"
+#include "tokengate/limiter/decision.hpp"
+
+namespace tokengate::store {
+
+/// In-process buckets, sharded so that requests for different keys rarely share a lock.
+/// A decision locks the shards of its buckets in index order, so it is atomic and
+/// deadlock-free across all of them.
+class MemoryStore final : public limiter::BucketStore {
+public:
+    explicit MemoryStore(const core::Clock& clock);
+
+    limiter::Decision decide(std::span<const limiter::Charge> charges) override;
+    void adjust(const limiter::Charge& charge, double delta) override;
+    void release(const limiter::Charge& charge) override;
+
+    /// Drops buckets that are full again and hold no concurrency; returns how many.
+    std::size_t evict_idle();
+    std::size_t size() const;
+
+private:
+    struct Bucket {
+        limiter::RateBucket rate;
+        limiter::ConcurrencyGauge gauge;
+    };
+    struct Shard {
+        mutable std::mutex mutex;
+        std::unordered_map<std::string, Bucket> buckets;
+    };
+    static constexpr std::size_t k_shards = 64;
+
+    std::size_t shard_of(const std::string& key) const;
+    Bucket& find_or_create(Shard& shard, const limiter::Charge& charge, core::Nanos now);
+
+    const core::Clock& clock_;
+    std::array<Shard, k_shards> shards_;
+};
+
+}  // namespace tokengate::store

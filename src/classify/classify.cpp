@@ -1,0 +1,58 @@
+#include "tokengate/classify/classify.hpp"
+
+#include "tokengate/config/loader.hpp"
+
+namespace tokengate::classify {
+
+using config::Level;
+
+namespace {
+
+bool any_glob(const std::vector<std::string>& patterns, std::string_view text) {
+    for (const auto& p : patterns)
+        if (config::glob_match(p, text)) return true;
+    return false;
+}
+
+void add_level(std::vector<limiter::Charge>& out, const std::vector<config::LimitSpec>& specs,
+               Level level, std::string_view subject, const RequestFacts& facts) {
+    for (const auto& spec : specs) {
+        if (!limit_applies(spec, facts.model)) continue;
+        limiter::Charge c;
+        c.spec = &spec;
+        c.level = level;
+        c.key.reserve(spec.name.size() + subject.size() + 10);
+        c.key.append(config::to_string(level)).append(":").append(spec.name).append(":").append(subject);
+        c.amount = spec.unit == config::Unit::cost ? facts.cost : 1.0;
+        out.push_back(std::move(c));
+    }
+}
+
+}  // namespace
+
+bool limit_applies(const config::LimitSpec& spec, std::string_view model) {
+    return spec.models.empty() || any_glob(spec.models, model);
+}
+
+std::optional<std::size_t> match_route(const config::GatewayConfig& config, std::string_view path,
+                                       std::string_view model) {
+    for (std::size_t i = 0; i < config.routes.size(); ++i) {
+        const auto& r = config.routes[i];
+        bool path_ok = r.prefix ? path.substr(0, r.path.size()) == r.path : path == r.path;
+        if (path_ok && (r.models.empty() || any_glob(r.models, model))) return i;
+    }
+    return std::nullopt;
+}
+
+std::vector<limiter::Charge> applicable_limits(const config::GatewayConfig& config,
+                                               const RequestFacts& facts) {
+    std::vector<limiter::Charge> out;
+    const auto& tenant = config.tenants[facts.tenant];
+    add_level(out, tenant.limits, Level::tenant, tenant.id, facts);
+    add_level(out, config.ip_limits, Level::ip, facts.client_ip, facts);
+    add_level(out, config.routes[facts.route].limits, Level::route, config.routes[facts.route].path, facts);
+    add_level(out, config.global_limits, Level::global, "*", facts);
+    return out;
+}
+
+}  // namespace tokengate::classify

@@ -1,0 +1,655 @@
+#include "tokengate/config/loader.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "tokengate/config/units.hpp"
+#include "tokengate/core/sha256.hpp"
+
+namespace tokengate::config {
+
+const char* to_string(Level level) {
+    switch (level) {
+        case Level::tenant: return "tenant";
+        case Level::ip: return "ip";
+        case Level::route: return "route";
+        case Level::global: return "global";
+    }
+    return "?";
+}
+
+const char* to_string(Algorithm algorithm) {
+    switch (algorithm) {
+        case Algorithm::token_bucket: return "token_bucket";
+        case Algorithm::leaky_bucket: return "leaky_bucket";
+        case Algorithm::concurrency: return "concurrency";
+    }
+    return "?";
+}
+
+const char* to_string(Unit unit) { return unit == Unit::cost ? "cost" : "requests"; }
+
+ConfigError::ConfigError(std::string file, int line, int column, std::string message)
+    : std::runtime_error(file + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " +
+                         message),
+      file_(std::move(file)),
+      line_(line),
+      column_(column),
+      message_(std::move(message)) {}
+
+bool glob_match(std::string_view pattern, std::string_view text) {
+    std::size_t p = 0, t = 0, star = std::string_view::npos, mark = 0;
+    while (t < text.size()) {
+        if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+            ++p;
+            ++t;
+        } else if (p < pattern.size() && pattern[p] == '*') {
+            star = p++;
+            mark = t;
+        } else if (star != std::string_view::npos) {
+            p = star + 1;
+            t = ++mark;
+        } else {
+            return false;
+        }
+    }
+    while (p < pattern.size() && pattern[p] == '*') ++p;
+    return p == pattern.size();
+}
+
+namespace {
+
+using Keys = std::initializer_list<std::string_view>;
+
+/// Walks the YAML tree; every error throws ConfigError at the offending node's position.
+class Reader {
+public:
+    explicit Reader(std::string file) : file_(std::move(file)) {}
+
+    [[noreturn]] void fail(const YAML::Node& at, const std::string& message) const {
+        auto mark = at.IsDefined() ? at.Mark() : YAML::Mark::null_mark();
+        if (mark.is_null()) throw ConfigError(file_, 1, 1, message);
+        throw ConfigError(file_, mark.line + 1, mark.column + 1, message);
+    }
+
+    void warn(const YAML::Node& at, const std::string& message, GatewayConfig& config) const {
+        auto mark = at.Mark();
+        config.warnings.push_back(file_ + ":" + std::to_string(mark.line + 1) + ":" +
+                                  std::to_string(mark.column + 1) + ": " + message);
+    }
+
+    /// Rejects keys outside `allowed` and duplicated keys.
+    void expect_map(const YAML::Node& node, std::string_view what, Keys allowed) const {
+        if (!node.IsMap()) fail(node, std::string(what) + " must be a mapping");
+        std::set<std::string> seen;
+        for (const auto& kv : node) {
+            auto key = kv.first.Scalar();
+            if (std::find(allowed.begin(), allowed.end(), key) == allowed.end())
+                fail(kv.first, "unknown key '" + key + "' in " + std::string(what));
+            if (!seen.insert(key).second) fail(kv.first, "duplicate key '" + key + "'");
+        }
+    }
+
+    void expect_sequence(const YAML::Node& node, std::string_view what) const {
+        if (!node.IsSequence()) fail(node, std::string(what) + " must be a list");
+    }
+
+    std::string scalar(const YAML::Node& node, std::string_view what) const {
+        if (!node.IsScalar()) fail(node, std::string(what) + " must be a scalar value");
+        return node.Scalar();
+    }
+
+    std::string string_of(const YAML::Node& node, std::string_view what) const {
+        auto s = scalar(node, what);
+        if (s.empty()) fail(node, std::string(what) + " must not be empty");
+        return s;
+    }
+
+    double number(const YAML::Node& node, std::string_view what) const {
+        auto value = parse_quantity(scalar(node, what));
+        if (!value) fail(node, std::string(what) + " must be a number, got '" + node.Scalar() + "'");
+        return *value;
+    }
+
+    double positive(const YAML::Node& node, std::string_view what) const {
+        double v = number(node, what);
+        if (v <= 0) fail(node, std::string(what) + " must be greater than 0");
+        return v;
+    }
+
+    std::uint64_t whole(const YAML::Node& node, std::string_view what, std::uint64_t min) const {
+        double v = number(node, what);
+        if (v != static_cast<double>(static_cast<std::uint64_t>(v)) || v < static_cast<double>(min))
+            fail(node, std::string(what) + " must be a whole number >= " + std::to_string(min));
+        return static_cast<std::uint64_t>(v);
+    }
+
+    bool boolean(const YAML::Node& node, std::string_view what) const {
+        auto s = scalar(node, what);
+        if (s == "true" || s == "yes" || s == "on") return true;
+        if (s == "false" || s == "no" || s == "off") return false;
+        fail(node, std::string(what) + " must be true or false, got '" + s + "'");
+    }
+
+    core::Nanos duration(const YAML::Node& node, std::string_view what) const {
+        auto d = parse_duration(scalar(node, what));
+        if (!d) fail(node, std::string(what) + ": invalid duration '" + node.Scalar() +
+                               "' (use e.g. 250ms, 10s, 5m)");
+        if (*d <= 0) fail(node, std::string(what) + " must be greater than 0");
+        return *d;
+    }
+
+    double rate(const YAML::Node& node, std::string_view what) const {
+        auto r = parse_rate(scalar(node, what));
+        if (!r) fail(node, std::string(what) + ": invalid rate '" + node.Scalar() +
+                               "' (use e.g. 10/s, 600/min, 1M/day)");
+        if (*r <= 0) fail(node, std::string(what) + " must be greater than 0");
+        return *r;
+    }
+
+    std::uint64_t size(const YAML::Node& node, std::string_view what) const {
+        auto s = parse_size(scalar(node, what));
+        if (!s) fail(node, std::string(what) + ": invalid size '" + node.Scalar() +
+                               "' (use e.g. 4MiB, 16KiB)");
+        if (*s == 0) fail(node, std::string(what) + " must be greater than 0");
+        return *s;
+    }
+
+    HostPort listen(const YAML::Node& node, std::string_view what) const {
+        auto hp = parse_host_port(scalar(node, what));
+        if (!hp) fail(node, std::string(what) + ": expected host:port, got '" + node.Scalar() + "'");
+        return *hp;
+    }
+
+    std::vector<std::string> strings(const YAML::Node& node, std::string_view what) const {
+        expect_sequence(node, what);
+        std::vector<std::string> out;
+        for (const auto& item : node) out.push_back(string_of(item, what));
+        return out;
+    }
+
+    const std::string& file() const { return file_; }
+
+private:
+    std::string file_;
+};
+
+struct Loader {
+    Reader r;
+    GatewayConfig config;
+    double min_cost_factor = 1.0;
+
+    void load(const YAML::Node& root) {
+        if (!root.IsDefined() || root.IsNull()) r.fail(root, "the configuration is empty");
+        r.expect_map(root, "the configuration",
+                     {"server", "admin", "upstreams", "routes", "models", "cost", "tiers",
+                      "tenants", "ip_limits", "global_limits", "store", "log"});
+        if (root["server"]) server(root["server"]);
+        if (root["admin"]) admin(root["admin"]);
+        if (root["log"]) log(root["log"]);
+        if (root["store"]) store(root["store"]);
+        if (!root["upstreams"]) r.fail(root, "missing required key 'upstreams'");
+        upstreams(root["upstreams"]);
+        if (root["models"]) models(root["models"]);
+        if (root["cost"]) cost(root["cost"]);
+        if (!root["routes"]) r.fail(root, "missing required key 'routes'");
+        routes(root["routes"]);
+        if (root["tiers"]) tiers(root["tiers"]);
+        if (!root["tenants"]) r.fail(root, "missing required key 'tenants'");
+        tenants(root["tenants"]);
+        if (root["ip_limits"]) config.ip_limits = limits(root["ip_limits"], "ip_limits");
+        if (root["global_limits"])
+            config.global_limits = limits(root["global_limits"], "global_limits");
+    }
+
+    void server(const YAML::Node& n) {
+        r.expect_map(n, "server",
+                     {"listen", "threads", "max_body_bytes", "max_header_bytes", "max_connections",
+                      "timeouts", "drain_timeout", "trusted_proxies"});
+        auto& s = config.server;
+        if (n["listen"]) {
+            auto hp = r.listen(n["listen"], "server.listen");
+            s.host = hp.host;
+            s.port = hp.port;
+        }
+        if (n["threads"]) s.threads = static_cast<unsigned>(r.whole(n["threads"], "server.threads", 0));
+        if (n["max_body_bytes"]) s.max_body_bytes = r.size(n["max_body_bytes"], "server.max_body_bytes");
+        if (n["max_header_bytes"]) {
+            auto v = r.size(n["max_header_bytes"], "server.max_header_bytes");
+            if (v > (64u << 20)) r.fail(n["max_header_bytes"], "server.max_header_bytes is too large");
+            s.max_header_bytes = static_cast<std::uint32_t>(v);
+        }
+        if (n["max_connections"])
+            s.max_connections = r.whole(n["max_connections"], "server.max_connections", 1);
+        if (const auto& t = n["timeouts"]) {
+            r.expect_map(t, "server.timeouts", {"header", "idle"});
+            if (t["header"]) s.header_timeout = r.duration(t["header"], "server.timeouts.header");
+            if (t["idle"]) s.idle_timeout = r.duration(t["idle"], "server.timeouts.idle");
+        }
+        if (n["drain_timeout"]) s.drain_timeout = r.duration(n["drain_timeout"], "server.drain_timeout");
+        if (const auto& tp = n["trusted_proxies"]) {
+            r.expect_sequence(tp, "server.trusted_proxies");
+            for (const auto& item : tp) {
+                auto cidr = core::Cidr::parse(r.scalar(item, "server.trusted_proxies"));
+                if (!cidr) r.fail(item, "invalid address or CIDR '" + item.Scalar() + "'");
+                s.trusted_proxies.push_back(*cidr);
+            }
+        }
+    }
+
+    void admin(const YAML::Node& n) {
+        r.expect_map(n, "admin", {"listen", "token_env", "enabled"});
+        if (n["enabled"]) config.admin.enabled = r.boolean(n["enabled"], "admin.enabled");
+        if (n["listen"]) {
+            auto hp = r.listen(n["listen"], "admin.listen");
+            config.admin.host = hp.host;
+            config.admin.port = hp.port;
+        }
+        if (n["token_env"]) config.admin.token_env = r.string_of(n["token_env"], "admin.token_env");
+    }
+
+    void log(const YAML::Node& n) {
+        r.expect_map(n, "log", {"access", "level", "format"});
+        if (n["access"]) config.log.access = r.string_of(n["access"], "log.access");
+        if (n["level"]) {
+            auto level = r.string_of(n["level"], "log.level");
+            static const std::set<std::string> k_levels = {"trace", "debug", "info", "warn",
+                                                           "error", "critical", "off"};
+            if (!k_levels.count(level)) r.fail(n["level"], "log.level: unknown level '" + level + "'");
+            config.log.level = level;
+        }
+        if (n["format"] && r.string_of(n["format"], "log.format") != "json")
+            r.fail(n["format"], "log.format: only 'json' is supported");
+    }
+
+    void store(const YAML::Node& n) {
+        r.expect_map(n, "store", {"backend", "redis"});
+        if (n["backend"]) {
+            auto b = r.string_of(n["backend"], "store.backend");
+            if (b == "memory") config.store.backend = StoreBackend::memory;
+            else if (b == "redis") config.store.backend = StoreBackend::redis;
+            else r.fail(n["backend"], "store.backend must be memory or redis, got '" + b + "'");
+        }
+        if (const auto& rd = n["redis"]) {
+            r.expect_map(rd, "store.redis", {"url", "prefix", "timeout", "pool", "on_error"});
+            auto& c = config.store.redis;
+            if (rd["url"]) {
+                c.url = r.string_of(rd["url"], "store.redis.url");
+                if (c.url.rfind("redis://", 0) != 0)
+                    r.fail(rd["url"], "store.redis.url must start with redis://");
+            }
+            if (rd["prefix"]) c.prefix = r.scalar(rd["prefix"], "store.redis.prefix");
+            if (rd["timeout"]) c.timeout = r.duration(rd["timeout"], "store.redis.timeout");
+            if (rd["pool"]) c.pool = static_cast<unsigned>(r.whole(rd["pool"], "store.redis.pool", 1));
+            if (rd["on_error"]) {
+                auto e = r.string_of(rd["on_error"], "store.redis.on_error");
+                if (e == "fail_open") c.on_error = OnStoreError::fail_open;
+                else if (e == "fail_closed") c.on_error = OnStoreError::fail_closed;
+                else if (e == "local") c.on_error = OnStoreError::local;
+                else r.fail(rd["on_error"], "store.redis.on_error must be fail_open, fail_closed or local");
+            }
+        }
+        if (config.store.backend == StoreBackend::redis)
+            r.fail(n["backend"], "store.backend: redis is not available in this build yet; use memory");
+    }
+
+    void upstreams(const YAML::Node& n) {
+        r.expect_sequence(n, "upstreams");
+        if (n.size() == 0) r.fail(n, "upstreams must list at least one upstream");
+        for (const auto& u : n) {
+            r.expect_map(u, "upstream", {"name", "url", "api_key_env", "max_connections", "timeouts", "eject"});
+            UpstreamConfig up;
+            if (!u["name"]) r.fail(u, "upstream is missing 'name'");
+            up.name = r.string_of(u["name"], "upstream name");
+            for (const auto& other : config.upstreams)
+                if (other.name == up.name) r.fail(u["name"], "duplicate upstream name '" + up.name + "'");
+            if (!u["url"]) r.fail(u, "upstream '" + up.name + "' is missing 'url'");
+            parse_url(u["url"], up);
+            if (u["api_key_env"]) {
+                auto env = r.string_of(u["api_key_env"], "api_key_env");
+                if (const char* v = std::getenv(env.c_str()); v && *v) up.api_key = v;
+                else r.warn(u["api_key_env"], "environment variable " + env +
+                                                  " is not set; no key is sent to upstream '" +
+                                                  up.name + "'", config);
+            }
+            if (u["max_connections"])
+                up.max_connections = r.whole(u["max_connections"], "max_connections", 1);
+            if (const auto& t = u["timeouts"]) {
+                r.expect_map(t, "upstream timeouts", {"connect", "first_byte", "stream_idle"});
+                if (t["connect"]) up.connect_timeout = r.duration(t["connect"], "timeouts.connect");
+                if (t["first_byte"]) up.first_byte_timeout = r.duration(t["first_byte"], "timeouts.first_byte");
+                if (t["stream_idle"]) up.stream_idle_timeout = r.duration(t["stream_idle"], "timeouts.stream_idle");
+            }
+            if (const auto& e = u["eject"]) {
+                r.expect_map(e, "eject", {"consecutive_failures", "for"});
+                if (e["consecutive_failures"])
+                    up.eject_consecutive_failures = static_cast<unsigned>(
+                        r.whole(e["consecutive_failures"], "eject.consecutive_failures", 1));
+                if (e["for"]) up.eject_for = r.duration(e["for"], "eject.for");
+            }
+            config.upstreams.push_back(std::move(up));
+        }
+    }
+
+    void parse_url(const YAML::Node& node, UpstreamConfig& up) {
+        up.url = r.string_of(node, "url");
+        std::string_view rest = up.url;
+        if (rest.rfind("https://", 0) == 0) r.fail(node, "https upstreams are not supported; use http://");
+        if (rest.rfind("http://", 0) != 0) r.fail(node, "upstream url must start with http://");
+        rest.remove_prefix(7);
+        auto slash = rest.find('/');
+        auto authority = rest.substr(0, slash);
+        up.base_path = slash == std::string_view::npos ? "" : std::string(rest.substr(slash));
+        while (!up.base_path.empty() && up.base_path.back() == '/') up.base_path.pop_back();
+        if (authority.find(':') == std::string_view::npos || authority.back() == ']') {
+            up.host = std::string(authority);
+            up.port = 80;
+        } else {
+            auto hp = parse_host_port(authority);
+            if (!hp || hp->port == 0) r.fail(node, "invalid upstream url '" + up.url + "'");
+            up.host = hp->host;
+            up.port = hp->port;
+        }
+        if (up.host.size() > 1 && up.host.front() == '[') up.host = up.host.substr(1, up.host.size() - 2);
+        if (up.host.empty()) r.fail(node, "invalid upstream url '" + up.url + "'");
+    }
+
+    void models(const YAML::Node& n) {
+        if (!n.IsMap()) r.fail(n, "models must be a mapping of model name to settings");
+        bool has_default = false;
+        min_cost_factor = std::numeric_limits<double>::max();
+        for (const auto& kv : n) {
+            r.expect_map(kv.second, "model", {"cost_factor"});
+            ModelCost m;
+            m.pattern = r.string_of(kv.first, "model name");
+            if (kv.second["cost_factor"]) m.cost_factor = r.positive(kv.second["cost_factor"], "cost_factor");
+            has_default |= m.pattern == "*";
+            min_cost_factor = std::min(min_cost_factor, m.cost_factor);
+            config.models.push_back(m);
+        }
+        if (!has_default) min_cost_factor = std::min(min_cost_factor, 1.0);
+    }
+
+    void cost(const YAML::Node& n) {
+        r.expect_map(n, "cost", {"input", "output", "rounding", "stream_surcharge",
+                                 "default_max_tokens", "estimator"});
+        auto& c = config.cost;
+        auto per_min = [&](const YAML::Node& b, std::string_view what, double& per, double& min) {
+            r.expect_map(b, what, {"per", "min"});
+            if (b["per"]) per = r.positive(b["per"], std::string(what) + ".per");
+            if (b["min"]) {
+                min = r.number(b["min"], std::string(what) + ".min");
+                if (min < 0) r.fail(b["min"], std::string(what) + ".min must not be negative");
+            }
+        };
+        if (n["input"]) per_min(n["input"], "cost.input", c.input_per, c.input_min);
+        if (n["output"]) per_min(n["output"], "cost.output", c.output_per, c.output_min);
+        if (n["rounding"]) {
+            auto s = r.string_of(n["rounding"], "cost.rounding");
+            if (s == "floor") c.rounding = Rounding::floor;
+            else if (s == "ceil") c.rounding = Rounding::ceil;
+            else r.fail(n["rounding"], "cost.rounding must be floor or ceil");
+        }
+        if (n["stream_surcharge"]) {
+            c.stream_surcharge = r.number(n["stream_surcharge"], "cost.stream_surcharge");
+            if (c.stream_surcharge < 0) r.fail(n["stream_surcharge"], "cost.stream_surcharge must not be negative");
+        }
+        if (n["default_max_tokens"])
+            c.default_max_tokens = r.whole(n["default_max_tokens"], "cost.default_max_tokens", 1);
+        if (const auto& e = n["estimator"]) {
+            if (e.IsScalar()) {
+                if (e.Scalar() != "heuristic")
+                    r.fail(e, "cost.estimator must be heuristic or { tiktoken: path }");
+            } else {
+                r.expect_map(e, "cost.estimator", {"tiktoken"});
+                c.tiktoken_path = r.string_of(e["tiktoken"], "cost.estimator.tiktoken");
+                r.fail(e, "cost.estimator: tiktoken is not available in this build yet; use heuristic");
+            }
+        }
+        if (c.input_min + c.output_min <= 0)
+            r.fail(n, "cost: input.min + output.min must be greater than 0");
+    }
+
+    double min_request_cost() const {
+        return (config.cost.input_min + config.cost.output_min) * min_cost_factor;
+    }
+
+    LimitSpec limit(const YAML::Node& n) {
+        r.expect_map(n, "limit", {"name", "algorithm", "capacity", "rate", "unit", "initial", "mode",
+                                  "max_wait", "max", "enforce", "fair", "models"});
+        LimitSpec l;
+        if (!n["name"]) r.fail(n, "limit is missing 'name'");
+        l.name = r.string_of(n["name"], "limit name");
+        if (!n["algorithm"]) r.fail(n, "limit '" + l.name + "' is missing 'algorithm'");
+        auto algo = r.string_of(n["algorithm"], "algorithm");
+        if (algo == "token_bucket") l.algorithm = Algorithm::token_bucket;
+        else if (algo == "leaky_bucket") l.algorithm = Algorithm::leaky_bucket;
+        else if (algo == "concurrency") l.algorithm = Algorithm::concurrency;
+        else r.fail(n["algorithm"], "unknown algorithm '" + algo +
+                                        "' (token_bucket, leaky_bucket or concurrency)");
+        if (n["unit"]) {
+            auto u = r.string_of(n["unit"], "unit");
+            if (u == "requests") l.unit = Unit::requests;
+            else if (u == "cost") l.unit = Unit::cost;
+            else r.fail(n["unit"], "unit must be requests or cost, got '" + u + "'");
+        }
+        double min_cost = l.unit == Unit::cost ? min_request_cost() : 1.0;
+        auto check_room = [&](const YAML::Node& at, double value, std::string_view what) {
+            if (value < min_cost) {
+                std::ostringstream msg;
+                msg << "limit '" << l.name << "': " << what << " " << value
+                    << " is below one request's minimum cost " << min_cost;
+                r.fail(at, msg.str());
+            }
+        };
+        auto reject_key = [&](std::string_view key, std::string_view why) {
+            if (n[std::string(key)]) r.fail(n[std::string(key)], "limit '" + l.name + "': '" +
+                                                                     std::string(key) + "' " +
+                                                                     std::string(why));
+        };
+        if (l.algorithm == Algorithm::concurrency) {
+            if (!n["max"]) r.fail(n, "limit '" + l.name + "' (concurrency) is missing 'max'");
+            l.capacity = r.positive(n["max"], "max");
+            check_room(n["max"], l.capacity, "max");
+            for (auto key : {"capacity", "rate", "initial", "mode", "max_wait", "fair"})
+                reject_key(key, "does not apply to concurrency limits");
+        } else {
+            if (!n["capacity"]) r.fail(n, "limit '" + l.name + "' is missing 'capacity'");
+            if (!n["rate"]) r.fail(n, "limit '" + l.name + "' is missing 'rate'");
+            l.capacity = r.positive(n["capacity"], "capacity");
+            check_room(n["capacity"], l.capacity, "capacity");
+            l.rate_per_s = r.rate(n["rate"], "rate");
+            reject_key("max", "applies only to concurrency limits");
+        }
+        if (l.algorithm == Algorithm::token_bucket) {
+            if (n["initial"]) {
+                l.initial = r.number(n["initial"], "initial");
+                if (l.initial < 0 || l.initial > 1) r.fail(n["initial"], "initial must be between 0 and 1");
+            }
+            for (auto key : {"mode", "max_wait", "fair"}) reject_key(key, "applies only to leaky_bucket limits");
+        }
+        if (l.algorithm == Algorithm::leaky_bucket) {
+            reject_key("initial", "applies only to token_bucket limits");
+            if (n["mode"]) {
+                auto m = r.string_of(n["mode"], "mode");
+                if (m == "police") l.mode = LeakyMode::police;
+                else if (m == "shape") l.mode = LeakyMode::shape;
+                else r.fail(n["mode"], "mode must be police or shape, got '" + m + "'");
+            }
+            if (l.mode == LeakyMode::shape) {
+                r.fail(n["mode"], "limit '" + l.name +
+                                      "': leaky_bucket mode shape is not available in this build yet");
+            }
+            reject_key("max_wait", "applies only to mode: shape");
+            reject_key("fair", "applies only to mode: shape");
+        }
+        if (n["enforce"]) l.enforce = r.boolean(n["enforce"], "enforce");
+        if (n["models"]) l.models = r.strings(n["models"], "models");
+        return l;
+    }
+
+    std::vector<LimitSpec> limits(const YAML::Node& n, std::string_view what) {
+        r.expect_sequence(n, what);
+        std::vector<LimitSpec> out;
+        for (const auto& item : n) {
+            auto l = limit(item);
+            for (const auto& other : out)
+                if (other.name == l.name)
+                    r.fail(item["name"], "duplicate limit name '" + l.name + "' in " + std::string(what));
+            out.push_back(std::move(l));
+        }
+        return out;
+    }
+
+    void routes(const YAML::Node& n) {
+        r.expect_sequence(n, "routes");
+        if (n.size() == 0) r.fail(n, "routes must list at least one route");
+        for (const auto& item : n) {
+            r.expect_map(item, "route", {"path", "path_prefix", "upstreams", "models", "limits"});
+            RouteConfig route;
+            if (item["path"] && item["path_prefix"])
+                r.fail(item["path_prefix"], "a route takes either 'path' or 'path_prefix', not both");
+            if (item["path"]) route.path = r.string_of(item["path"], "path");
+            else if (item["path_prefix"]) {
+                route.path = r.string_of(item["path_prefix"], "path_prefix");
+                route.prefix = true;
+            } else r.fail(item, "route is missing 'path' or 'path_prefix'");
+            if (route.path.front() != '/') r.fail(item["path"] ? item["path"] : item["path_prefix"],
+                                                  "route path must start with '/'");
+            if (!item["upstreams"]) r.fail(item, "route '" + route.path + "' is missing 'upstreams'");
+            const auto& ups = item["upstreams"];
+            r.expect_sequence(ups, "route upstreams");
+            if (ups.size() == 0) r.fail(ups, "route '" + route.path + "' lists no upstreams");
+            for (const auto& u : ups) {
+                WeightedUpstream wu;
+                YAML::Node name_node = u;
+                if (u.IsMap()) {
+                    r.expect_map(u, "route upstream", {"name", "weight"});
+                    if (!u["name"]) r.fail(u, "route upstream is missing 'name'");
+                    name_node = u["name"];
+                    if (u["weight"]) wu.weight = static_cast<unsigned>(r.whole(u["weight"], "weight", 1));
+                }
+                auto name = r.string_of(name_node, "upstream name");
+                auto it = std::find_if(config.upstreams.begin(), config.upstreams.end(),
+                                       [&](const UpstreamConfig& c) { return c.name == name; });
+                if (it == config.upstreams.end()) r.fail(name_node, "unknown upstream '" + name + "'");
+                wu.upstream = static_cast<std::size_t>(it - config.upstreams.begin());
+                route.upstreams.push_back(wu);
+            }
+            if (item["models"]) route.models = r.strings(item["models"], "models");
+            if (item["limits"]) route.limits = limits(item["limits"], "route limits");
+            config.routes.push_back(std::move(route));
+        }
+    }
+
+    void tiers(const YAML::Node& n) {
+        if (!n.IsMap()) r.fail(n, "tiers must be a mapping of tier name to settings");
+        for (const auto& kv : n) {
+            r.expect_map(kv.second, "tier", {"limits"});
+            TierConfig tier;
+            tier.name = r.string_of(kv.first, "tier name");
+            if (kv.second["limits"]) tier.limits = limits(kv.second["limits"], "tier limits");
+            config.tiers.push_back(std::move(tier));
+        }
+    }
+
+    std::string key_digest(const YAML::Node& node) {
+        auto text = r.string_of(node, "key");
+        std::string digest;
+        if (text.rfind("sha256:", 0) == 0) {
+            auto hex = std::string_view(text).substr(7);
+            if (hex.size() != 64 || hex.find_first_not_of("0123456789abcdef") != std::string_view::npos)
+                r.fail(node, "sha256: keys need 64 lowercase hex digits");
+            for (std::size_t i = 0; i < 64; i += 2)
+                digest.push_back(static_cast<char>(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16)));
+            return digest;
+        }
+        if (text.rfind("env:", 0) == 0) {
+            auto env = text.substr(4);
+            const char* value = std::getenv(env.c_str());
+            if (!value || !*value) r.fail(node, "environment variable " + env + " is not set");
+            text = value;
+        } else {
+            r.warn(node, "plain-text API key; use `tokengate hash-key` and a sha256: entry in production",
+                   config);
+        }
+        auto d = core::sha256(text);
+        return std::string(reinterpret_cast<const char*>(d.data()), d.size());
+    }
+
+    void tenants(const YAML::Node& n) {
+        r.expect_sequence(n, "tenants");
+        std::set<std::string> digests;
+        for (const auto& t : n) {
+            r.expect_map(t, "tenant", {"id", "tier", "keys", "limits"});
+            TenantConfig tenant;
+            if (!t["id"]) r.fail(t, "tenant is missing 'id'");
+            tenant.id = r.string_of(t["id"], "tenant id");
+            for (const auto& other : config.tenants)
+                if (other.id == tenant.id) r.fail(t["id"], "duplicate tenant id '" + tenant.id + "'");
+            if (t["tier"]) {
+                tenant.tier = r.string_of(t["tier"], "tier");
+                auto tier = std::find_if(config.tiers.begin(), config.tiers.end(),
+                                         [&](const TierConfig& c) { return c.name == tenant.tier; });
+                if (tier == config.tiers.end()) r.fail(t["tier"], "unknown tier '" + tenant.tier + "'");
+                tenant.limits = tier->limits;
+            }
+            if (!t["keys"]) r.fail(t, "tenant '" + tenant.id + "' is missing 'keys'");
+            r.expect_sequence(t["keys"], "keys");
+            if (t["keys"].size() == 0) r.fail(t["keys"], "tenant '" + tenant.id + "' has no keys");
+            for (const auto& k : t["keys"]) {
+                auto digest = key_digest(k);
+                if (!digests.insert(digest).second)
+                    r.fail(k, "this key is already assigned (one key maps to one tenant)");
+                tenant.key_digests.push_back(std::move(digest));
+            }
+            if (t["limits"]) {
+                for (auto& override_limit : limits(t["limits"], "tenant limits")) {
+                    auto same = std::find_if(tenant.limits.begin(), tenant.limits.end(),
+                                             [&](const LimitSpec& l) { return l.name == override_limit.name; });
+                    if (same != tenant.limits.end()) *same = std::move(override_limit);
+                    else tenant.limits.push_back(std::move(override_limit));
+                }
+            }
+            config.tenants.push_back(std::move(tenant));
+        }
+    }
+};
+
+}  // namespace
+
+std::shared_ptr<const GatewayConfig> load_config_text(const std::string& text,
+                                                      const std::string& file_name) {
+    YAML::Node root;
+    try {
+        root = YAML::Load(text);
+    } catch (const YAML::ParserException& e) {
+        throw ConfigError(file_name, e.mark.line + 1, e.mark.column + 1, e.msg);
+    }
+    Loader loader{Reader(file_name), {}};
+    loader.config.source_path = file_name;
+    try {
+        loader.load(root);
+    } catch (const YAML::Exception& e) {
+        throw ConfigError(file_name, e.mark.is_null() ? 1 : e.mark.line + 1,
+                          e.mark.is_null() ? 1 : e.mark.column + 1, e.msg);
+    }
+    return std::make_shared<const GatewayConfig>(std::move(loader.config));
+}
+
+std::shared_ptr<const GatewayConfig> load_config_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw ConfigError(path, 1, 1, "cannot open the configuration file");
+    std::ostringstream text;
+    text << in.rdbuf();
+    return load_config_text(text.str(), path);
+}
+
+}  // namespace tokengate::config

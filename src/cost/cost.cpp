@@ -1,0 +1,163 @@
+#include "tokengate/cost/cost.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
+#include "tokengate/config/loader.hpp"
+
+namespace tokengate::cost {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr std::uint64_t k_tokens_per_message = 4;  // role/name framing, as chat templates add
+constexpr std::uint64_t k_reply_priming = 3;
+
+bool is_cjk(std::uint32_t cp) {
+    return (cp >= 0x3040 && cp <= 0x30FF) || (cp >= 0x3400 && cp <= 0x4DBF) ||
+           (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0xAC00 && cp <= 0xD7AF) ||
+           (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0xFF00 && cp <= 0xFFEF) ||
+           (cp >= 0x20000 && cp <= 0x2FFFF);
+}
+
+/// Tokens for every string inside a JSON value (tool schemas, content parts, tool calls).
+std::uint64_t tokens_in(const json& v) {
+    if (v.is_string()) return estimate_tokens(v.get_ref<const std::string&>());
+    std::uint64_t n = 0;
+    if (v.is_object()) {
+        for (auto it = v.begin(); it != v.end(); ++it) n += estimate_tokens(it.key()) + tokens_in(*it);
+    } else if (v.is_array()) {
+        for (const auto& item : v) n += tokens_in(item);
+    } else if (v.is_number()) {
+        n += 1;
+    }
+    return n;
+}
+
+bool optional_count(const json& body, const char* key, std::uint64_t& out, std::string& error) {
+    auto it = body.find(key);
+    if (it == body.end() || it->is_null()) return true;
+    if (!it->is_number_integer() || it->get<long long>() < 0) {
+        error = std::string("'") + key + "' must be a non-negative integer";
+        return false;
+    }
+    out = it->get<std::uint64_t>();
+    return true;
+}
+
+}  // namespace
+
+std::uint64_t estimate_tokens(std::string_view text) {
+    std::uint64_t cjk = 0, other_bytes = 0;
+    for (std::size_t i = 0; i < text.size();) {
+        auto c = static_cast<unsigned char>(text[i]);
+        if (c < 0x80) {
+            ++other_bytes;
+            ++i;
+            continue;
+        }
+        std::size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+        std::uint32_t cp = len == 1 ? c : c & (0x7F >> len);
+        for (std::size_t k = 1; k < len && i + k < text.size(); ++k)
+            cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
+        if (is_cjk(cp)) ++cjk;
+        else other_bytes += len;
+        i += len;
+    }
+    return cjk + (other_bytes + 3) / 4;
+}
+
+double cost_factor(const std::vector<config::ModelCost>& models, std::string_view model) {
+    const config::ModelCost* fallback = nullptr;
+    for (const auto& m : models) {
+        if (m.pattern == "*") fallback = &m;
+        else if (config::glob_match(m.pattern, model)) return m.cost_factor;
+    }
+    return fallback ? fallback->cost_factor : 1.0;
+}
+
+double request_cost(const config::CostConfig& c, double factor, std::uint64_t input_tokens,
+                    std::uint64_t output_tokens, bool stream) {
+    auto round = [&](double x) { return c.rounding == config::Rounding::ceil ? std::ceil(x) : std::floor(x); };
+    double in = std::max(c.input_min, round(static_cast<double>(input_tokens) / c.input_per));
+    double out = std::max(c.output_min, round(static_cast<double>(output_tokens) / c.output_per));
+    return (in + out) * factor + (stream ? c.stream_surcharge : 0.0);
+}
+
+ParsedBody parse_request_body(std::string_view body, const config::CostConfig& cost) {
+    ParsedBody out;
+    auto& s = out.summary;
+    // A request without a body (GET /v1/models) generates nothing: it costs the minimum.
+    if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) return out;
+    s.max_output_tokens = cost.default_max_tokens;
+    json doc = json::parse(body, nullptr, false);
+    if (doc.is_discarded()) {
+        out.error = BodyError::invalid_json;
+        out.message = "We could not parse the JSON body of your request.";
+        return out;
+    }
+    auto invalid = [&](std::string message) {
+        out.error = BodyError::invalid_body;
+        out.message = std::move(message);
+        return out;
+    };
+    if (!doc.is_object()) return invalid("The request body must be a JSON object.");
+    if (auto it = doc.find("model"); it != doc.end()) {
+        if (!it->is_string()) return invalid("'model' must be a string");
+        s.model = it->get<std::string>();
+    }
+    if (auto it = doc.find("stream"); it != doc.end() && !it->is_null()) {
+        if (!it->is_boolean()) return invalid("'stream' must be a boolean");
+        s.stream = it->get<bool>();
+    }
+    if (auto it = doc.find("stream_options"); it != doc.end() && !it->is_null()) {
+        if (!it->is_object()) return invalid("'stream_options' must be an object");
+        auto usage = it->find("include_usage");
+        s.client_wants_usage = usage != it->end() && usage->is_boolean() && usage->get<bool>();
+    }
+    std::string error;
+    std::uint64_t max_tokens = 0, max_completion_tokens = 0;
+    bool has_max = doc.contains("max_tokens") && !doc["max_tokens"].is_null();
+    bool has_max_completion = doc.contains("max_completion_tokens") && !doc["max_completion_tokens"].is_null();
+    if (!optional_count(doc, "max_tokens", max_tokens, error) ||
+        !optional_count(doc, "max_completion_tokens", max_completion_tokens, error))
+        return invalid(error);
+    if (has_max_completion) s.max_output_tokens = max_completion_tokens;
+    else if (has_max) s.max_output_tokens = max_tokens;
+
+    std::uint64_t input = 0;
+    if (auto it = doc.find("messages"); it != doc.end()) {
+        if (!it->is_array()) return invalid("'messages' must be an array");
+        for (const auto& m : *it) {
+            if (!m.is_object()) return invalid("each entry of 'messages' must be an object");
+            input += k_tokens_per_message;
+            for (auto f = m.begin(); f != m.end(); ++f) {
+                if (f.key() == "role") continue;
+                input += tokens_in(*f);
+            }
+        }
+        input += k_reply_priming;
+    }
+    if (auto it = doc.find("prompt"); it != doc.end()) {
+        if (it->is_string()) input += estimate_tokens(it->get_ref<const std::string&>());
+        else if (it->is_array()) {
+            for (const auto& p : *it) {
+                if (p.is_string()) input += estimate_tokens(p.get_ref<const std::string&>());
+                else if (p.is_number_integer()) input += 1;  // a pre-tokenized prompt
+                else if (p.is_array()) input += p.size();
+                else return invalid("'prompt' must be a string or an array of strings or tokens");
+            }
+        } else return invalid("'prompt' must be a string or an array");
+    }
+    for (const char* key : {"tools", "functions"})
+        if (auto it = doc.find(key); it != doc.end()) {
+            if (!it->is_array()) return invalid(std::string("'") + key + "' must be an array");
+            input += tokens_in(*it);
+        }
+    s.input_tokens = input;
+    return out;
+}
+
+}  // namespace tokengate::cost

@@ -1,0 +1,41 @@
+#include "tokengate/limiter/decision.hpp"
+
+namespace tokengate::limiter {
+
+void resolve(Decision& decision) {
+    decision.allowed = true;
+    decision.rejected = -1;
+    decision.retry_after = 0;
+    for (std::size_t i = 0; i < decision.statuses.size(); ++i) {
+        const auto& s = decision.statuses[i];
+        if (s.verdict.admitted || !s.spec->enforce) continue;
+        // The request can pass only once every refusing limit would admit it: name the longest.
+        bool longer = decision.allowed || s.verdict.retry_after < 0 ||
+                      (decision.retry_after >= 0 && s.verdict.retry_after > decision.retry_after);
+        decision.allowed = false;
+        if (longer) {
+            decision.rejected = static_cast<int>(i);
+            decision.retry_after = s.verdict.retry_after;
+        }
+    }
+    for (auto& s : decision.statuses) s.charged = decision.allowed && s.verdict.admitted;
+}
+
+std::vector<Charge> charged(std::span<const Charge> charges, const Decision& decision) {
+    std::vector<Charge> out;
+    for (std::size_t i = 0; i < charges.size(); ++i)
+        if (decision.statuses[i].charged) out.push_back(charges[i]);
+    return out;
+}
+
+void settle(BucketStore& store, std::span<const Charge> charged, double actual_cost) {
+    for (const auto& c : charged) {
+        if (c.spec->algorithm == config::Algorithm::concurrency) {
+            store.release(c);
+        } else if (c.spec->unit == config::Unit::cost && actual_cost != c.amount) {
+            store.adjust(c, actual_cost - c.amount);
+        }
+    }
+}
+
+}  // namespace tokengate::limiter

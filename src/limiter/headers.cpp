@@ -1,0 +1,133 @@
+#include "tokengate/limiter/headers.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <optional>
+
+namespace tokengate::limiter {
+
+using config::Algorithm;
+using config::Unit;
+using core::k_nanos_per_second;
+using core::Nanos;
+
+namespace {
+
+Nanos ceil_seconds(Nanos d) { return (std::max<Nanos>(0, d) + k_nanos_per_second - 1) / k_nanos_per_second; }
+
+double ratio(const LimitStatus& s) {
+    return s.spec->capacity > 0 ? std::max(0.0, s.verdict.remaining) / s.spec->capacity : 0;
+}
+
+std::string remaining_text(const LimitStatus& s) {
+    return std::to_string(static_cast<long long>(std::floor(std::max(0.0, s.verdict.remaining))));
+}
+
+bool is_rate(const LimitStatus& s) { return s.spec->algorithm != Algorithm::concurrency; }
+
+/// The lowest remaining/limit among enforced limits matching `accept`.
+template <typename Pred>
+std::optional<std::size_t> tightest(const Decision& d, Pred accept) {
+    std::optional<std::size_t> best;
+    for (std::size_t i = 0; i < d.statuses.size(); ++i) {
+        const auto& s = d.statuses[i];
+        if (!s.spec->enforce || !accept(s)) continue;
+        if (!best || ratio(s) < ratio(d.statuses[*best])) best = i;
+    }
+    return best;
+}
+
+void add_openai_set(std::vector<HeaderField>& out, const Decision& d, Unit unit, const char* suffix) {
+    auto i = tightest(d, [&](const LimitStatus& s) { return is_rate(s) && s.spec->unit == unit; });
+    if (!i) return;
+    const auto& s = d.statuses[*i];
+    std::string sfx = suffix;
+    out.push_back({"x-ratelimit-limit-" + sfx, format_number(s.spec->capacity)});
+    out.push_back({"x-ratelimit-remaining-" + sfx, remaining_text(s)});
+    out.push_back({"x-ratelimit-reset-" + sfx, openai_duration(s.verdict.until_full)});
+}
+
+}  // namespace
+
+std::string format_number(double value) {
+    if (std::fabs(value - std::round(value)) < 1e-9) return std::to_string(std::llround(value));
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f", value);
+    std::string s = buf;
+    while (s.back() == '0') s.pop_back();
+    if (s.back() == '.') s.pop_back();
+    return s;
+}
+
+std::string openai_duration(Nanos duration) {
+    constexpr Nanos k_ms = 1'000'000;
+    Nanos ms = (std::max<Nanos>(0, duration) + k_ms - 1) / k_ms;
+    if (ms < 1000) return std::to_string(ms) + "ms";
+    Nanos hours = ms / 3'600'000;
+    Nanos minutes = ms / 60'000 % 60;
+    Nanos whole_seconds = ms / 1000 % 60;
+    Nanos millis = ms % 1000;
+    std::string seconds = std::to_string(whole_seconds);
+    if (millis) {
+        char frac[8];
+        std::snprintf(frac, sizeof frac, ".%03lld", static_cast<long long>(millis));
+        seconds += frac;
+        while (seconds.back() == '0') seconds.pop_back();
+    }
+    std::string out;
+    if (hours) out += std::to_string(hours) + "h";
+    if (hours || minutes) out += std::to_string(minutes) + "m";
+    return out + seconds + "s";
+}
+
+std::vector<HeaderField> rate_limit_headers(const Decision& d, Nanos unix_now) {
+    std::vector<HeaderField> out;
+    std::optional<std::size_t> main =
+        d.rejected >= 0 ? std::optional<std::size_t>(d.rejected) : tightest(d, [](const LimitStatus&) { return true; });
+    if (main) {
+        const auto& s = d.statuses[*main];
+        const auto& name = s.spec->name;
+        auto limit = format_number(s.spec->capacity);
+        auto remaining = remaining_text(s);
+        out.push_back({"X-RateLimit-Limit", limit});
+        out.push_back({"X-RateLimit-Remaining", remaining});
+        out.push_back({"X-RateLimit-Reset", std::to_string(ceil_seconds(unix_now + s.verdict.until_full))});
+        std::string policy = "\"" + name + "\";q=" + limit;
+        if (is_rate(s))
+            policy += ";w=" + std::to_string(static_cast<long long>(std::ceil(s.spec->capacity / s.spec->rate_per_s)));
+        out.push_back({"RateLimit-Policy", policy});
+        out.push_back({"RateLimit", "\"" + name + "\";r=" + remaining + ";t=" +
+                                        std::to_string(ceil_seconds(s.verdict.until_full))});
+    }
+    add_openai_set(out, d, Unit::requests, "requests");
+    add_openai_set(out, d, Unit::cost, "tokens");
+    if (!d.allowed && d.retry_after >= 0)
+        out.push_back({"Retry-After", std::to_string(std::max<Nanos>(1, ceil_seconds(d.retry_after)))});
+    return out;
+}
+
+Rejection describe_rejection(const Decision& d, std::span<const Charge> charges) {
+    Rejection r;
+    if (d.rejected < 0) return r;
+    const auto& s = d.statuses[d.rejected];
+    const auto& c = charges[d.rejected];
+    std::string where = std::string(config::to_string(s.level)) + " limit '" + s.spec->name + "'";
+    if (d.never()) {
+        r.type = "tokens";
+        r.code = "request_too_large_for_limit";
+        r.message = "This request costs " + format_number(c.amount) + " " + config::to_string(s.spec->unit) +
+                    ", more than the " + where + " can ever hold (" + format_number(s.spec->capacity) +
+                    "). Lower max_tokens or shorten the prompt.";
+        return r;
+    }
+    r.type = s.spec->algorithm == Algorithm::concurrency ? "concurrency"
+             : s.spec->unit == Unit::cost                ? "tokens"
+                                                         : "requests";
+    r.code = "rate_limit_exceeded";
+    r.message = "Rate limit exceeded on " + where + ": requested " + format_number(c.amount) +
+                ", remaining " + remaining_text(s) + ". Retry after " +
+                std::to_string(std::max<Nanos>(1, ceil_seconds(d.retry_after))) + "s.";
+    return r;
+}
+
+}  // namespace tokengate::limiter

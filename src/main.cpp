@@ -1,0 +1,186 @@
+// tokengate: wiring, subcommands, signals and reload.
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/null_sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <cstring>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tokengate/config/loader.hpp"
+#include "tokengate/core/sha256.hpp"
+#include "tokengate/mock/mock_upstream.hpp"
+#include "tokengate/server/gateway.hpp"
+
+namespace {
+
+namespace net = boost::asio;
+using namespace tokengate;
+
+constexpr const char* k_usage = R"(tokengate — a rate-limiting gateway for OpenAI-compatible LLM APIs
+
+usage:
+  tokengate serve -c gateway.yaml        run the gateway (also: tokengate -c gateway.yaml)
+  tokengate check -c gateway.yaml        validate a config and print a summary
+  tokengate hash-key KEY                 print the sha256: form of an API key for the config
+  tokengate mock-upstream --port N [--host H] [--tokens-per-s R]
+                                         run an OpenAI-compatible fake backend
+  tokengate --version
+)";
+
+std::optional<std::string> option_value(const std::vector<std::string>& args, std::initializer_list<const char*> names) {
+    for (std::size_t i = 0; i < args.size(); ++i)
+        for (const char* name : names)
+            if (args[i] == name) {
+                if (i + 1 < args.size()) return args[i + 1];
+                return std::string();
+            }
+    return std::nullopt;
+}
+
+std::shared_ptr<const config::GatewayConfig> load_or_report(const std::string& path) {
+    try {
+        auto cfg = config::load_config_file(path);
+        for (const auto& w : cfg->warnings) std::cerr << w << " (warning)\n";
+        return cfg;
+    } catch (const config::ConfigError& e) {
+        std::cerr << e.what() << "\n";
+        return nullptr;
+    }
+}
+
+int check(const std::string& path) {
+    auto cfg = load_or_report(path);
+    if (!cfg) return 1;
+    std::size_t limits = cfg->ip_limits.size() + cfg->global_limits.size(), keys = 0;
+    for (const auto& r : cfg->routes) limits += r.limits.size();
+    for (const auto& t : cfg->tenants) {
+        limits += t.limits.size();
+        keys += t.key_digests.size();
+    }
+    std::cout << path << ": OK\n"
+              << "  listen     " << cfg->server.host << ":" << cfg->server.port << "\n"
+              << "  upstreams  " << cfg->upstreams.size() << "\n"
+              << "  routes     " << cfg->routes.size() << "\n"
+              << "  tiers      " << cfg->tiers.size() << "\n"
+              << "  tenants    " << cfg->tenants.size() << " (" << keys << " keys)\n"
+              << "  limits     " << limits << "\n"
+              << "  store      " << (cfg->store.backend == config::StoreBackend::memory ? "memory" : "redis") << "\n";
+    return 0;
+}
+
+std::shared_ptr<spdlog::logger> make_access_log(const config::LogConfig& log) {
+    spdlog::sink_ptr sink;
+    if (log.access == "stdout") sink = std::make_shared<spdlog::sinks::stdout_sink_mt>();
+    else if (log.access == "off") sink = std::make_shared<spdlog::sinks::null_sink_mt>();
+    else sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(log.access);
+    auto logger = std::make_shared<spdlog::logger>("access", sink);
+    logger->set_pattern("%v");
+    logger->flush_on(spdlog::level::info);
+    return logger;
+}
+
+int serve(const std::string& path) {
+    auto cfg = load_or_report(path);
+    if (!cfg) return 1;
+    spdlog::set_level(spdlog::level::from_str(cfg->log.level));
+    core::SteadyClock clock;
+    std::unique_ptr<server::Gateway> gateway;
+    try {
+        gateway = server::make_gateway(cfg, make_access_log(cfg->log), clock);
+    } catch (const std::exception& e) {
+        spdlog::critical("cannot start: {}", e.what());
+        return 1;
+    }
+    spdlog::info("tokengate listening on {}:{}", cfg->server.host, gateway->port());
+
+    // Signals are taken on their own loop so that a busy worker never delays a drain.
+    net::io_context signal_loop(1);
+    net::signal_set signals(signal_loop, SIGINT, SIGTERM, SIGHUP);
+    int terminations = 0;
+    std::function<void(const boost::system::error_code&, int)> on_signal = [&](const boost::system::error_code& ec, int sig) {
+        if (ec) return;
+        if (sig == SIGHUP) {
+            if (auto fresh = load_or_report(path)) {
+                gateway->reload(fresh);
+                spdlog::info("configuration reloaded from {}", path);
+            } else {
+                spdlog::error("reload refused: {} is invalid; the previous configuration keeps serving", path);
+            }
+        } else if (++terminations == 1) {
+            spdlog::info("draining (signal {}); a second signal stops at once", sig);
+            gateway->drain();
+        } else {
+            gateway->stop();
+        }
+        signals.async_wait(on_signal);
+    };
+    signals.async_wait(on_signal);
+    std::thread signal_thread([&] { signal_loop.run(); });
+    gateway->run();
+    signal_loop.stop();
+    signal_thread.join();
+    spdlog::info("tokengate stopped");
+    return 0;
+}
+
+int mock_upstream(const std::vector<std::string>& args) {
+    mock::MockOptions options;
+    try {
+        if (auto v = option_value(args, {"--port", "-p"})) options.port = static_cast<std::uint16_t>(std::stoul(*v));
+        if (auto v = option_value(args, {"--host"})) options.host = *v;
+        if (auto v = option_value(args, {"--tokens-per-s"})) options.tokens_per_s = std::stod(*v);
+    } catch (const std::exception&) {
+        std::cerr << "mock-upstream: invalid option value\n" << k_usage;
+        return 2;
+    }
+    try {
+        return mock::run_mock_upstream(options);
+    } catch (const std::exception& e) {
+        std::cerr << "mock-upstream: " << e.what() << "\n";
+        return 1;
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::signal(SIGPIPE, SIG_IGN);
+    std::vector<std::string> args(argv + 1, argv + argc);
+    if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+        std::cout << k_usage;
+        return args.empty() ? 2 : 0;
+    }
+    if (args[0] == "--version") {
+        std::cout << "tokengate 0.1.0\n";
+        return 0;
+    }
+    std::string command = args[0].rfind("-", 0) == 0 ? "serve" : args[0];
+    if (command == "hash-key") {
+        if (args.size() != 2) {
+            std::cerr << "usage: tokengate hash-key KEY\n";
+            return 2;
+        }
+        std::cout << "sha256:" << core::sha256_hex(args[1]) << "\n";
+        return 0;
+    }
+    if (command == "mock-upstream") return mock_upstream(args);
+    if (command == "serve" || command == "check") {
+        auto path = option_value(args, {"-c", "--config"});
+        if (!path || path->empty()) {
+            std::cerr << "tokengate " << command << ": missing -c <config file>\n";
+            return 2;
+        }
+        return command == "check" ? check(*path) : serve(*path);
+    }
+    std::cerr << "tokengate: unknown command '" << command << "'\n" << k_usage;
+    return 2;
+}

@@ -1,0 +1,326 @@
+#include "tokengate/mock/mock_upstream.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <charconv>
+
+#include "tokengate/cost/cost.hpp"
+#include "tokengate/server/responses.hpp"
+
+namespace tokengate::mock {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using nlohmann::json;
+using namespace net::experimental::awaitable_operators;
+
+namespace {
+
+constexpr auto k_use = net::as_tuple(net::use_awaitable);
+constexpr std::uint64_t k_default_completion_tokens = 64;
+constexpr const char* k_words[] = {"The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog", "."};
+
+struct Stats {
+    std::int64_t running = 0;
+    std::uint64_t requests = 0;
+    std::uint64_t cancelled = 0;
+    std::uint64_t prompt_tokens = 0;
+    std::uint64_t generation_tokens = 0;
+};
+
+std::uint64_t header_number(const http::request<http::string_body>& req, std::string_view name, std::uint64_t fallback) {
+    auto v = req[name];
+    std::uint64_t out = 0;
+    auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+    return (v.empty() || ec != std::errc{} || p != v.data() + v.size()) ? fallback : out;
+}
+
+/// One completion's content, built outside the coroutines (GCC 12 mishandles array
+/// temporaries such as JSON initializer lists inside coroutine bodies).
+struct Completion {
+    std::string error;
+    bool chat = true;
+    bool stream = false;
+    bool include_usage = false;
+    std::string id;
+    std::string model;
+    long long created = 0;
+    std::uint64_t prompt_tokens = 0;
+    std::uint64_t completion_tokens = 0;
+    std::string finish_reason = "stop";
+
+    json usage() const {
+        return {{"prompt_tokens", prompt_tokens},
+                {"completion_tokens", completion_tokens},
+                {"total_tokens", prompt_tokens + completion_tokens}};
+    }
+    json envelope(json choices) const {
+        json out = {{"id", id},
+                    {"object", chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
+                    {"created", created},
+                    {"model", model},
+                    {"choices", std::move(choices)}};
+        return out;
+    }
+    std::string json_response() const {
+        std::string text;
+        for (std::uint64_t i = 0; i < completion_tokens; ++i) text += k_words[i % std::size(k_words)];
+        json choice = chat ? json{{"index", 0}, {"message", {{"role", "assistant"}, {"content", text}}},
+                                  {"finish_reason", finish_reason}}
+                           : json{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
+        json out = envelope(json::array({choice}));
+        out["usage"] = usage();
+        return out.dump();
+    }
+    std::string event(const json& content, const json& finish) const {
+        json choice = chat ? json{{"index", 0}, {"delta", content}, {"finish_reason", finish}}
+                           : json{{"index", 0}, {"text", content}, {"logprobs", nullptr}, {"finish_reason", finish}};
+        json chunk = envelope(json::array({choice}));
+        if (include_usage) chunk["usage"] = nullptr;
+        return "data: " + chunk.dump() + "\n\n";
+    }
+    std::string opening_event() const {
+        return chat ? event({{"role", "assistant"}, {"content", ""}}, nullptr) : std::string();
+    }
+    std::string token_event(std::uint64_t i) const {
+        std::string word = k_words[i % std::size(k_words)];
+        return event(chat ? json{{"content", word}} : json(word), nullptr);
+    }
+    std::string closing_events() const {
+        std::string out = event(chat ? json::object() : json(""), finish_reason);
+        if (include_usage) {
+            json last = envelope(json::array());
+            last["usage"] = usage();
+            out += "data: " + last.dump() + "\n\n";
+        }
+        return out + "data: [DONE]\n\n";
+    }
+};
+
+Completion plan_completion(const http::request<http::string_body>& req, bool chat, std::uint64_t serial) {
+    Completion c;
+    c.chat = chat;
+    config::CostConfig cost_config;
+    auto parsed = cost::parse_request_body(req.body(), cost_config);
+    if (parsed.error != cost::BodyError::none) {
+        c.error = parsed.message;
+        return c;
+    }
+    json body = json::parse(req.body(), nullptr, false);
+    std::uint64_t want = k_default_completion_tokens;
+    for (const char* key : {"max_completion_tokens", "max_tokens"}) {
+        if (body.is_object() && body.contains(key) && body[key].is_number_unsigned()) {
+            auto max = body[key].get<std::uint64_t>();
+            if (max <= want) c.finish_reason = "length";
+            want = std::min(want, max);
+            break;
+        }
+    }
+    c.completion_tokens = header_number(req, "x-mock-completion-tokens", want);
+    c.stream = parsed.summary.stream;
+    c.include_usage = parsed.summary.client_wants_usage;
+    c.prompt_tokens = parsed.summary.input_tokens;
+    c.model = parsed.summary.model.empty() ? "mock-model" : parsed.summary.model;
+    c.id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(serial);
+    c.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    return c;
+}
+
+class MockSession {
+public:
+    MockSession(tcp::socket socket, const MockOptions& options, Stats& stats)
+        : stream_(std::move(socket)), options_(options), stats_(stats) {}
+
+    net::awaitable<void> run() {
+        beast::flat_buffer buffer;
+        for (;;) {
+            http::request_parser<http::string_body> parser;
+            parser.body_limit(64u << 20);
+            auto [ec, n] = co_await http::async_read(stream_, buffer, parser, k_use);
+            if (ec) break;
+            auto req = parser.release();
+            bool keep = co_await dispatch(req);
+            if (!keep || !req.keep_alive()) break;
+        }
+        beast::error_code ignored;
+        stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    }
+
+private:
+    net::awaitable<bool> send(http::response<http::string_body>& res, bool keep_alive) {
+        res.keep_alive(keep_alive);
+        res.prepare_payload();
+        auto [ec, n] = co_await http::async_write(stream_, res, k_use);
+        co_return !ec;
+    }
+
+    net::awaitable<bool> send_json(http::status status, const json& body, bool keep_alive) {
+        http::response<http::string_body> res{status, 11};
+        res.set(http::field::content_type, "application/json");
+        res.body() = body.dump();
+        co_return co_await send(res, keep_alive);
+    }
+
+    net::awaitable<bool> send_error(http::status status, std::string_view message, bool keep_alive) {
+        http::response<http::string_body> res{status, 11};
+        res.set(http::field::content_type, "application/json");
+        res.body() = server::error_body(message, status == http::status::bad_request ? "invalid_request_error" : "server_error",
+                                        std::to_string(static_cast<unsigned>(status)));
+        co_return co_await send(res, keep_alive);
+    }
+
+    /// Waits as a GPU would; false if the client went away meanwhile (the work is abandoned).
+    net::awaitable<bool> pause(std::chrono::microseconds d) {
+        if (d.count() <= 0) co_return true;
+        net::steady_timer timer(stream_.get_executor(), d);
+        char scratch[256];
+        auto result = co_await (timer.async_wait(k_use) ||
+                                stream_.socket().async_read_some(net::buffer(scratch), k_use));
+        co_return result.index() == 0;
+    }
+
+    std::chrono::microseconds per_token() const {
+        if (options_.tokens_per_s <= 0) return std::chrono::microseconds(0);
+        return std::chrono::microseconds(static_cast<std::int64_t>(1e6 / options_.tokens_per_s));
+    }
+
+    net::awaitable<bool> dispatch(http::request<http::string_body>& req) {
+        auto target = std::string_view(req.target());
+        auto path = target.substr(0, target.find('?'));
+        bool keep = req.keep_alive();
+        if (req.method() == http::verb::get && path == "/v1/models") {
+            json body = {{"object", "list"},
+                         {"data", json::array({{{"id", "mock-model"}, {"object", "model"}, {"owned_by", "tokengate-mock"}}})}};
+            co_return co_await send_json(http::status::ok, body, keep);
+        }
+        if (req.method() == http::verb::get && path == "/health") co_return co_await send_json(http::status::ok, json::object(), keep);
+        if (req.method() == http::verb::get && path == "/metrics") {
+            http::response<http::string_body> res{http::status::ok, 11};
+            res.set(http::field::content_type, "text/plain; version=0.0.4");
+            res.body() =
+                "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running " + std::to_string(stats_.running) +
+                "\n# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 0\n"
+                "# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total " + std::to_string(stats_.prompt_tokens) +
+                "\n# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total " +
+                std::to_string(stats_.generation_tokens) +
+                "\n# TYPE mock_requests_total counter\nmock_requests_total " + std::to_string(stats_.requests) +
+                "\n# TYPE mock_cancelled_total counter\nmock_cancelled_total " + std::to_string(stats_.cancelled) + "\n";
+            co_return co_await send(res, keep);
+        }
+        bool chat = path == "/v1/chat/completions";
+        if (req.method() != http::verb::post || (!chat && path != "/v1/completions"))
+            co_return co_await send_error(http::status::not_found, "Not found: " + std::string(path), keep);
+        co_return co_await complete(req, chat);
+    }
+
+    net::awaitable<bool> complete(http::request<http::string_body>& req, bool chat) {
+        bool keep = req.keep_alive();
+        ++stats_.requests;
+        auto delay = std::chrono::milliseconds(header_number(req, "x-mock-delay-ms", 0));
+        if (auto forced = header_number(req, "x-mock-status", 0); forced >= 400 && forced < 600) {
+            if (!co_await pause(delay)) co_return false;
+            co_return co_await send_error(static_cast<http::status>(forced), "mock failure requested", keep);
+        }
+        auto plan = plan_completion(req, chat, stats_.requests);
+        if (!plan.error.empty()) co_return co_await send_error(http::status::bad_request, plan.error, keep);
+
+        ++stats_.running;
+        stats_.prompt_tokens += plan.prompt_tokens;
+        struct Running {
+            Stats& stats;
+            ~Running() { --stats.running; }
+        } running{stats_};
+        auto abandon = [&] {
+            ++stats_.cancelled;
+            return false;
+        };
+
+        if (!co_await pause(delay)) co_return abandon();
+        if (!plan.stream) {
+            if (!co_await pause(per_token() * static_cast<std::int64_t>(plan.completion_tokens))) co_return abandon();
+            stats_.generation_tokens += plan.completion_tokens;
+            http::response<http::string_body> res{http::status::ok, 11};
+            res.set(http::field::content_type, "application/json");
+            res.body() = plan.json_response();
+            co_return co_await send(res, keep);
+        }
+
+        http::response<http::empty_body> head{http::status::ok, 11};
+        head.set(http::field::content_type, "text/event-stream");
+        head.set(http::field::cache_control, "no-cache");
+        head.chunked(true);
+        head.keep_alive(keep);
+        http::response_serializer<http::empty_body> serializer{head};
+        auto [hec, hn] = co_await http::async_write_header(stream_, serializer, k_use);
+        if (hec) co_return abandon();
+        for (std::uint64_t i = 0; i <= plan.completion_tokens; ++i) {
+            // Event 0 opens the stream (the role for chat); events 1..n carry one token each.
+            if (i > 1 && !co_await pause(per_token())) co_return abandon();
+            std::string text = i == 0 ? plan.opening_event() : plan.token_event(i - 1);
+            if (text.empty()) continue;
+            auto [ec, n] = co_await net::async_write(stream_, http::make_chunk(net::buffer(text)), k_use);
+            if (ec) co_return abandon();
+            if (i > 0) ++stats_.generation_tokens;
+        }
+        std::string tail = plan.closing_events();
+        auto [tec, tn] = co_await net::async_write(stream_, http::make_chunk(net::buffer(tail)), k_use);
+        if (tec) co_return false;
+        auto [lec, ln] = co_await net::async_write(stream_, http::make_chunk_last(), k_use);
+        co_return !lec;
+    }
+
+    beast::tcp_stream stream_;
+    const MockOptions& options_;
+    Stats& stats_;
+};
+
+net::awaitable<void> accept_loop(tcp::acceptor& acceptor, const MockOptions& options, Stats& stats) {
+    for (;;) {
+        auto [ec, socket] = co_await acceptor.async_accept(k_use);
+        if (ec) co_return;
+        socket.set_option(tcp::no_delay(true));
+        net::co_spawn(acceptor.get_executor(),
+                      [s = std::make_shared<MockSession>(std::move(socket), options, stats)]() -> net::awaitable<void> {
+                          co_await s->run();
+                      },
+                      net::detached);
+    }
+}
+
+}  // namespace
+
+int run_mock_upstream(const MockOptions& options) {
+    net::io_context ioc(1);
+    tcp::endpoint endpoint{net::ip::make_address(options.host), options.port};
+    tcp::acceptor acceptor(ioc);
+    acceptor.open(endpoint.protocol());
+    acceptor.set_option(net::socket_base::reuse_address(true));
+    acceptor.bind(endpoint);
+    acceptor.listen(net::socket_base::max_listen_connections);
+    Stats stats;
+    net::signal_set signals(ioc, SIGINT, SIGTERM);
+    signals.async_wait([&](const beast::error_code&, int) { ioc.stop(); });
+    net::co_spawn(ioc, accept_loop(acceptor, options, stats), net::detached);
+    spdlog::info("mock upstream listening on {}:{} ({} tokens/s)", options.host, acceptor.local_endpoint().port(),
+                 options.tokens_per_s);
+    ioc.run();
+    return 0;
+}
+
+}  // namespace tokengate::mock

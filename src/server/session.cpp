@@ -1,0 +1,444 @@
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <random>
+
+#include "services.hpp"
+#include "tokengate/auth/key_table.hpp"
+#include "tokengate/classify/classify.hpp"
+#include "tokengate/core/sha256.hpp"
+#include "tokengate/cost/cost.hpp"
+#include "tokengate/limiter/headers.hpp"
+#include "tokengate/proxy/forward.hpp"
+#include "tokengate/server/responses.hpp"
+
+namespace tokengate::server {
+
+namespace http = beast::http;
+using core::Nanos;
+using tcp = net::ip::tcp;
+
+namespace {
+
+constexpr auto k_use = net::as_tuple(net::use_awaitable);
+constexpr std::size_t k_max_pipelined_bytes = 64 * 1024;
+
+std::chrono::nanoseconds ns(Nanos n) { return std::chrono::nanoseconds(n); }
+
+std::string new_request_id() {
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    std::uint64_t parts[2] = {rng(), rng()};
+    return core::to_hex(reinterpret_cast<const std::uint8_t*>(parts), sizeof parts);
+}
+
+/// A client's own X-Request-Id is kept when it is short and plain.
+std::string request_id_for(std::string_view given) {
+    if (given.empty() || given.size() > 128) return new_request_id();
+    for (char c : given)
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.')
+            return new_request_id();
+    return std::string(given);
+}
+
+std::string address_text(const net::ip::address& a) {
+    if (a.is_v6() && a.to_v6().is_v4_mapped())
+        return net::ip::make_address_v4(net::ip::v4_mapped, a.to_v6()).to_string();
+    return a.to_string();
+}
+
+bool trusted(const std::vector<core::Cidr>& proxies, std::string_view address) {
+    auto ip = core::parse_ip(address);
+    if (!ip) return false;
+    for (const auto& c : proxies)
+        if (c.contains(*ip)) return true;
+    return false;
+}
+
+/// The client: the peer, or, when the peer is a trusted proxy, the rightmost address of
+/// X-Forwarded-For that is not a trusted proxy.
+std::string client_address(const config::ServerConfig& server, const std::string& peer,
+                           std::string_view forwarded_for) {
+    if (forwarded_for.empty() || !trusted(server.trusted_proxies, peer)) return peer;
+    std::string_view rest = forwarded_for;
+    std::string last;
+    while (!rest.empty()) {
+        auto comma = rest.rfind(',');
+        auto hop = comma == std::string_view::npos ? rest : rest.substr(comma + 1);
+        rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(0, comma);
+        while (!hop.empty() && hop.front() == ' ') hop.remove_prefix(1);
+        while (!hop.empty() && hop.back() == ' ') hop.remove_suffix(1);
+        if (!core::parse_ip(hop)) break;
+        last = std::string(hop);
+        if (!trusted(server.trusted_proxies, hop)) return last;
+    }
+    return last.empty() ? peer : last;
+}
+
+std::size_t pick_upstream(const config::RouteConfig& route, const Runtime& rt, Nanos now, bool& found) {
+    thread_local std::minstd_rand rng{std::random_device{}()};
+    unsigned total = 0;
+    for (const auto& u : route.upstreams)
+        if (rt.health[u.upstream]->available(now)) total += u.weight;
+    found = total > 0;
+    if (!found) return 0;
+    unsigned pick = std::uniform_int_distribution<unsigned>(0, total - 1)(rng);
+    for (const auto& u : route.upstreams) {
+        if (!rt.health[u.upstream]->available(now)) continue;
+        if (pick < u.weight) return u.upstream;
+        pick -= u.weight;
+    }
+    return route.upstreams.front().upstream;
+}
+
+/// Everything the access log line says about one request.
+struct RequestRecord {
+    Nanos started = 0;
+    std::string request_id;
+    std::string client_ip;
+    std::string method;
+    std::string path;
+    std::string tenant;
+    std::string key_id;
+    std::string model;
+    std::string route;
+    std::string upstream;
+    std::string rejected_by;
+    unsigned status = 0;
+    double cost_reserved = 0;
+    double cost_settled = 0;
+    std::uint64_t prompt_tokens = 0;
+    std::uint64_t completion_tokens = 0;
+    Nanos first_byte = -1;
+};
+
+/// Settles an admitted request exactly once, whichever way the exchange ends.
+class Settlement {
+public:
+    Settlement(limiter::BucketStore& store, std::vector<limiter::Charge> charged, double reserved)
+        : store_(store), charged_(std::move(charged)), reserved_(reserved) {}
+    Settlement(const Settlement&) = delete;
+    Settlement& operator=(const Settlement&) = delete;
+    ~Settlement() { settle(reserved_); }
+    void settle(double actual_cost) {
+        if (done_) return;
+        done_ = true;
+        limiter::settle(store_, charged_, actual_cost);
+    }
+
+private:
+    limiter::BucketStore& store_;
+    std::vector<limiter::Charge> charged_;
+    double reserved_;
+    bool done_ = false;
+};
+
+class Session {
+public:
+    Session(tcp::socket socket, Worker& worker)
+        : worker_(worker), services_(worker.services), stream_(std::move(socket)) {
+        beast::error_code ec;
+        auto endpoint = stream_.socket().remote_endpoint(ec);
+        peer_ = ec ? "0.0.0.0" : address_text(endpoint.address());
+        stream_.socket().set_option(tcp::no_delay(true), ec);
+    }
+
+    net::awaitable<void> run() {
+        for (;;) {
+            auto rt = services_.runtime.get();
+            const auto& server = rt->config->server;
+            if (services_.draining.load()) break;
+            if (buffer_.size() == 0) {
+                // Between requests: the idle timeout applies, and a drain may close us at once.
+                worker_.idle_connections.insert(&stream_);
+                stream_.expires_after(ns(server.idle_timeout));
+                auto [ec, n] = co_await stream_.async_read_some(buffer_.prepare(8192), k_use);
+                worker_.idle_connections.erase(&stream_);
+                if (ec) break;
+                buffer_.commit(n);
+            }
+            http::request_parser<http::string_body> parser;
+            parser.header_limit(server.max_header_bytes);
+            parser.body_limit(server.max_body_bytes);
+            stream_.expires_after(ns(server.header_timeout));
+            auto [hec, hn] = co_await http::async_read_header(stream_, buffer_, parser, k_use);
+            if (hec) {
+                if (hec == http::error::header_limit)
+                    co_await send_error(http::status::request_header_fields_too_large, "headers_too_large",
+                                        "The request headers exceed the gateway's limit.");
+                else if (hec == http::error::body_limit)
+                    co_await send_error(http::status::payload_too_large, "request_too_large",
+                                        "The request body exceeds the gateway's limit.");
+                else if (hec != beast::error::timeout && hec != http::error::end_of_stream &&
+                         hec != net::error::eof && hec != net::error::connection_reset &&
+                         hec != net::error::operation_aborted)
+                    co_await send_error(http::status::bad_request, "invalid_http", "Malformed HTTP request.");
+                break;
+            }
+            if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+                static constexpr std::string_view k_continue = "HTTP/1.1 100 Continue\r\n\r\n";
+                auto [cec, cn] = co_await net::async_write(stream_, net::buffer(k_continue), k_use);
+                if (cec) break;
+            }
+            stream_.expires_after(ns(server.idle_timeout));
+            auto [bec, bn] = co_await http::async_read(stream_, buffer_, parser, k_use);
+            if (bec) {
+                if (bec == http::error::body_limit)
+                    co_await send_error(http::status::payload_too_large, "request_too_large",
+                                        "The request body exceeds the gateway's limit.");
+                else if (bec != beast::error::timeout && bec != net::error::eof &&
+                         bec != http::error::end_of_stream && bec != net::error::connection_reset)
+                    co_await send_error(http::status::bad_request, "invalid_http", "Malformed HTTP request.");
+                break;
+            }
+            auto request = parser.release();
+            bool keep_alive = co_await handle(request, rt);
+            if (!keep_alive) break;
+        }
+        beast::error_code ignored;
+        stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+        stream_.socket().close(ignored);
+    }
+
+private:
+    net::awaitable<void> send_error(http::status status, std::string_view code, std::string_view message) {
+        auto res = error_response(status, "invalid_request_error", code, message, 11, false);
+        stream_.expires_after(std::chrono::seconds(5));
+        co_await http::async_write(stream_, res, k_use);
+    }
+
+    template <typename Response>
+    net::awaitable<bool> respond(Response& res, bool keep_alive, Nanos write_timeout) {
+        res.keep_alive(keep_alive);
+        stream_.expires_after(ns(write_timeout));
+        auto [ec, n] = co_await http::async_write(stream_, res, k_use);
+        co_return !ec && keep_alive;
+    }
+
+    void log_access(const RequestRecord& r) {
+        if (!services_.access_log) return;
+        auto now = services_.clock.now();
+        nlohmann::json line = {
+            {"ts", static_cast<double>(services_.clock.unix_now()) / 1e9},
+            {"request_id", r.request_id},
+            {"client_ip", r.client_ip},
+            {"method", r.method},
+            {"path", r.path},
+            {"tenant", r.tenant},
+            {"key_id", r.key_id},
+            {"model", r.model},
+            {"route", r.route},
+            {"upstream", r.upstream},
+            {"status", r.status},
+            {"rejected_by", r.rejected_by},
+            {"cost_reserved", r.cost_reserved},
+            {"cost_settled", r.cost_settled},
+            {"prompt_tokens", r.prompt_tokens},
+            {"completion_tokens", r.completion_tokens},
+            {"ttfb_ms", r.first_byte < 0 ? nullptr : nlohmann::json(static_cast<double>(r.first_byte - r.started) / 1e6)},
+            {"duration_ms", static_cast<double>(now - r.started) / 1e6},
+        };
+        services_.access_log->info(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    }
+
+    /// Watches the client socket while the upstream works, so a client that goes away
+    /// cancels the upstream request (and frees the GPU) instead of being noticed at the end.
+    net::awaitable<void> watch_client(std::shared_ptr<proxy::ExchangeWatch> watch,
+                                      std::shared_ptr<net::steady_timer> exited) {
+        while (buffer_.size() < k_max_pipelined_bytes) {
+            auto [ec, n] = co_await stream_.socket().async_read_some(buffer_.prepare(4096), k_use);
+            if (ec) {
+                if (!watch->finished && ec != net::error::operation_aborted) {
+                    watch->client_gone = true;
+                    if (watch->active) watch->active->stream.cancel();
+                }
+                break;
+            }
+            buffer_.commit(n);  // a pipelined request: kept for the next round
+        }
+        watch_exited_ = true;
+        exited->cancel();
+    }
+
+    net::awaitable<bool> handle(http::request<http::string_body>& req, std::shared_ptr<const Runtime> rt) {
+        const auto& cfg = *rt->config;
+        const auto& clock = services_.clock;
+        RequestRecord rec;
+        rec.started = clock.now();
+        rec.request_id = request_id_for(req["x-request-id"]);
+        rec.method = std::string(req.method_string());
+        auto target = std::string_view(req.target());
+        rec.path = std::string(target.substr(0, target.find('?')));
+        rec.client_ip = client_address(cfg.server, peer_, req["X-Forwarded-For"]);
+        bool keep_alive = req.keep_alive() && !services_.draining.load();
+        unsigned version = req.version();
+
+        auto finish_error = [&](http::status status, std::string_view type, std::string_view code,
+                                std::string_view message,
+                                const std::vector<limiter::HeaderField>& extra = {}) -> net::awaitable<bool> {
+            auto res = error_response(status, type, code, message, version, keep_alive);
+            res.set("X-Request-Id", rec.request_id);
+            for (const auto& h : extra) res.set(h.name, h.value);
+            rec.status = static_cast<unsigned>(status);
+            log_access(rec);
+            co_return co_await respond(res, keep_alive, cfg.server.idle_timeout);
+        };
+
+        if (services_.draining.load()) {
+            keep_alive = false;
+            co_return co_await finish_error(http::status::service_unavailable, "server_error", "shutting_down",
+                                            "The gateway is shutting down; retry on another instance.");
+        }
+        auto key = auth::extract_key(req[http::field::authorization], req["x-api-key"]);
+        auto principal = rt->keys.authenticate(key);
+        if (!principal)
+            co_return co_await finish_error(
+                http::status::unauthorized, "invalid_request_error", "invalid_api_key",
+                key.empty() ? "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'."
+                            : "Incorrect API key provided.");
+        const auto& tenant = cfg.tenants[principal->tenant];
+        rec.tenant = tenant.id;
+        rec.key_id = principal->key_id;
+
+        auto parsed = cost::parse_request_body(req.body(), cfg.cost);
+        if (parsed.error != cost::BodyError::none)
+            co_return co_await finish_error(http::status::bad_request, "invalid_request_error",
+                                            parsed.error == cost::BodyError::invalid_json ? "invalid_json"
+                                                                                          : "invalid_body",
+                                            parsed.message);
+        const auto& summary = parsed.summary;
+        rec.model = summary.model;
+        auto route_index = classify::match_route(cfg, rec.path, summary.model);
+        if (!route_index)
+            co_return co_await finish_error(http::status::not_found, "invalid_request_error", "not_found",
+                                            "No route for " + rec.path + ".");
+        const auto& route = cfg.routes[*route_index];
+        rec.route = route.path;
+
+        double reserved = cost::request_cost(cfg.cost, cost::cost_factor(cfg.models, summary.model),
+                                             summary.input_tokens, summary.max_output_tokens, summary.stream);
+        auto charges = classify::applicable_limits(
+            cfg, {principal->tenant, rec.client_ip, *route_index, summary.model, reserved});
+        auto decision = services_.store.decide(charges);
+        auto headers = limiter::rate_limit_headers(decision, clock.unix_now());
+        if (!decision.allowed) {
+            auto why = limiter::describe_rejection(decision, charges);
+            const auto& s = decision.statuses[decision.rejected];
+            rec.rejected_by = std::string(config::to_string(s.level)) + ":" + s.spec->name;
+            co_return co_await finish_error(http::status::too_many_requests, why.type, why.code, why.message,
+                                            headers);
+        }
+        rec.cost_reserved = reserved;
+        Settlement settlement(services_.store, limiter::charged(charges, decision), reserved);
+
+        bool found = false;
+        auto upstream_index = pick_upstream(route, *rt, clock.now(), found);
+        if (!found) {
+            settlement.settle(0);
+            co_return co_await finish_error(http::status::bad_gateway, "server_error", "upstream_unavailable",
+                                            "Every upstream for this route is ejected after failures.",
+                                            headers);
+        }
+        const auto& upstream = cfg.upstreams[upstream_index];
+        rec.upstream = upstream.name;
+
+        http::request<http::string_body> up{req.method(), upstream.base_path + std::string(target), 11};
+        for (const auto& field : req) {
+            if (field.name() != http::field::unknown) up.insert(field.name(), field.value());
+            else up.insert(field.name_string(), field.value());
+        }
+        proxy::strip_hop_by_hop(up.base());
+        for (auto f : {http::field::host, http::field::authorization, http::field::expect,
+                       http::field::content_length})
+            up.erase(f);
+        up.erase("X-Forwarded-For");
+        up.erase("x-api-key");
+        up.erase("x-request-id");
+        up.set(http::field::host, upstream.host + ":" + std::to_string(upstream.port));
+        if (!upstream.api_key.empty()) up.set(http::field::authorization, "Bearer " + upstream.api_key);
+        auto forwarded = req["X-Forwarded-For"];
+        up.set("X-Forwarded-For",
+               forwarded.empty() ? peer_ : std::string(forwarded) + ", " + peer_);
+        up.set("X-Forwarded-Proto", "http");
+        up.set("X-Request-Id", rec.request_id);
+        up.body() = std::move(req.body());
+        up.keep_alive(true);
+        up.prepare_payload();
+
+        auto& pool = worker_.pool_for(upstream, worker_.worker_count);
+        auto watch = std::make_shared<proxy::ExchangeWatch>();
+        auto watcher_exited = std::make_shared<net::steady_timer>(stream_.get_executor(),
+                                                                  net::steady_timer::time_point::max());
+        watch_exited_ = false;
+        net::co_spawn(stream_.get_executor(), watch_client(watch, watcher_exited), net::detached);
+
+        proxy::ForwardHooks hooks;
+        hooks.decorate = [&](http::response_header<>& h) {
+            for (const auto& f : headers) h.set(f.name, f.value);
+            h.set("X-Request-Id", rec.request_id);
+        };
+        auto result = co_await proxy::forward(pool, *rt->health[upstream_index], up,
+                                              {stream_, keep_alive, version, req.method() == http::verb::head},
+                                              watch, hooks, clock);
+        watch->finished = true;
+        if (!watch_exited_) {
+            beast::error_code ignored;
+            stream_.socket().cancel(ignored);
+            co_await watcher_exited->async_wait(k_use);
+        }
+        if (result.first_byte_at) rec.first_byte = result.first_byte_at;
+
+        switch (result.outcome) {
+            case proxy::ForwardOutcome::completed:
+                settlement.settle(reserved);
+                rec.cost_settled = reserved;
+                rec.status = result.status;
+                log_access(rec);
+                co_return keep_alive;
+            case proxy::ForwardOutcome::upstream_unavailable:
+            case proxy::ForwardOutcome::upstream_timeout: {
+                settlement.settle(0);  // nothing was generated: refund every cost unit
+                bool timeout = result.outcome == proxy::ForwardOutcome::upstream_timeout;
+                co_return co_await finish_error(
+                    timeout ? http::status::gateway_timeout : http::status::bad_gateway, "server_error",
+                    timeout ? "upstream_timeout" : "upstream_unavailable",
+                    timeout ? "The upstream did not answer in time." : "The upstream could not be reached.",
+                    headers);
+            }
+            case proxy::ForwardOutcome::upstream_broken:
+            case proxy::ForwardOutcome::client_gone:
+                settlement.settle(reserved);
+                rec.cost_settled = reserved;
+                rec.status = result.outcome == proxy::ForwardOutcome::client_gone ? 499 : result.status;
+                log_access(rec);
+                co_return false;
+        }
+        co_return false;
+    }
+
+    Worker& worker_;
+    Services& services_;
+    beast::tcp_stream stream_;
+    beast::flat_buffer buffer_;
+    std::string peer_;
+    bool watch_exited_ = true;
+};
+
+}  // namespace
+
+net::awaitable<void> serve_connection(tcp::socket socket, Worker& worker) {
+    worker.services.open_connections.fetch_add(1);
+    {
+        Session session(std::move(socket), worker);
+        co_await session.run();
+    }
+    worker.services.open_connections.fetch_sub(1);
+}
+
+}  // namespace tokengate::server

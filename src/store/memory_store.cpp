@@ -1,0 +1,100 @@
+#include "tokengate/store/memory_store.hpp"
+
+#include <algorithm>
+
+namespace tokengate::store {
+
+using config::Algorithm;
+using limiter::Charge;
+using limiter::Decision;
+
+MemoryStore::MemoryStore(const core::Clock& clock) : clock_(clock) {}
+
+std::size_t MemoryStore::shard_of(const std::string& key) const {
+    return std::hash<std::string>{}(key) % k_shards;
+}
+
+MemoryStore::Bucket& MemoryStore::find_or_create(Shard& shard, const Charge& charge, core::Nanos now) {
+    auto it = shard.buckets.find(charge.key);
+    if (it == shard.buckets.end()) {
+        Bucket b;
+        if (charge.spec->algorithm == Algorithm::concurrency) b.gauge = limiter::ConcurrencyGauge(charge.spec->capacity);
+        else b.rate = limiter::RateBucket(*charge.spec, now);
+        it = shard.buckets.emplace(charge.key, b).first;
+    } else if (charge.spec->algorithm == Algorithm::concurrency) {
+        it->second.gauge.set_max(charge.spec->capacity);
+    } else {
+        it->second.rate.reconfigure(*charge.spec, now);
+    }
+    return it->second;
+}
+
+Decision MemoryStore::decide(std::span<const Charge> charges) {
+    // Lock every shard involved, in index order, for the whole check-then-charge.
+    std::vector<std::size_t> ids(charges.size());
+    for (std::size_t i = 0; i < charges.size(); ++i) ids[i] = shard_of(charges[i].key);
+    std::vector<std::size_t> order = ids;
+    std::sort(order.begin(), order.end());
+    order.erase(std::unique(order.begin(), order.end()), order.end());
+    for (auto id : order) shards_[id].mutex.lock();
+
+    auto now = clock_.now();
+    Decision decision;
+    decision.statuses.resize(charges.size());
+    std::vector<Bucket*> buckets(charges.size());
+    for (std::size_t i = 0; i < charges.size(); ++i) {
+        const auto& c = charges[i];
+        buckets[i] = &find_or_create(shards_[ids[i]], c, now);
+        auto& status = decision.statuses[i];
+        status.spec = c.spec;
+        status.level = c.level;
+        status.verdict = c.spec->algorithm == Algorithm::concurrency
+                             ? buckets[i]->gauge.check(c.amount)
+                             : buckets[i]->rate.check(c.amount, now);
+    }
+    limiter::resolve(decision);
+    for (std::size_t i = 0; i < charges.size(); ++i) {
+        if (!decision.statuses[i].charged) continue;
+        if (charges[i].spec->algorithm == Algorithm::concurrency) buckets[i]->gauge.acquire(charges[i].amount);
+        else buckets[i]->rate.consume(charges[i].amount, now);
+    }
+    for (auto it = order.rbegin(); it != order.rend(); ++it) shards_[*it].mutex.unlock();
+    return decision;
+}
+
+void MemoryStore::adjust(const Charge& charge, double delta) {
+    auto& shard = shards_[shard_of(charge.key)];
+    std::lock_guard lock(shard.mutex);
+    auto now = clock_.now();
+    find_or_create(shard, charge, now).rate.adjust(delta, now);
+}
+
+void MemoryStore::release(const Charge& charge) {
+    auto& shard = shards_[shard_of(charge.key)];
+    std::lock_guard lock(shard.mutex);
+    auto it = shard.buckets.find(charge.key);
+    if (it != shard.buckets.end()) it->second.gauge.release(charge.amount);
+}
+
+std::size_t MemoryStore::evict_idle() {
+    std::size_t evicted = 0;
+    auto now = clock_.now();
+    for (auto& shard : shards_) {
+        std::lock_guard lock(shard.mutex);
+        evicted += std::erase_if(shard.buckets, [&](const auto& kv) {
+            return kv.second.gauge.in_flight() <= 0 && kv.second.rate.is_full(now);
+        });
+    }
+    return evicted;
+}
+
+std::size_t MemoryStore::size() const {
+    std::size_t n = 0;
+    for (const auto& shard : shards_) {
+        std::lock_guard lock(shard.mutex);
+        n += shard.buckets.size();
+    }
+    return n;
+}
+
+}  // namespace tokengate::store
