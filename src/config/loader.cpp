@@ -533,7 +533,7 @@ struct Loader {
                 if (u.IsMap()) {
                     r.expect_map(u, "route upstream", {"name", "weight"});
                     if (!u["name"]) r.fail(u, "route upstream is missing 'name'");
-                    name_node = u["name"];
+                    name_node.reset(u["name"]);  // operator= would assign through the alias
                     if (u["weight"]) wu.weight = static_cast<unsigned>(r.whole(u["weight"], "weight", 1));
                 }
                 auto name = r.string_of(name_node, "upstream name");

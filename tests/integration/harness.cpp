@@ -1,0 +1,282 @@
+#include "harness.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+namespace tokengate::testing {
+
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+Process::Process(const std::vector<std::string>& args, const std::string& output_path) {
+    pid_ = ::fork();
+    if (pid_ < 0) throw std::runtime_error("fork failed");
+    if (pid_ == 0) {
+        int fd = ::open(output_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            ::dup2(fd, 1);
+            ::dup2(fd, 2);
+        }
+        std::vector<char*> argv;
+        for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+        argv.push_back(nullptr);
+        ::execv(argv[0], argv.data());
+        ::_exit(127);
+    }
+}
+
+Process::Process(Process&& other) noexcept : pid_(other.pid_) { other.pid_ = -1; }
+
+Process::~Process() {
+    if (pid_ > 0) {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, nullptr, 0);
+    }
+}
+
+int Process::wait(std::chrono::milliseconds timeout) {
+    auto deadline = clock_type::now() + timeout;
+    while (pid_ > 0) {
+        int status = 0;
+        pid_t r = ::waitpid(pid_, &status, WNOHANG);
+        if (r == pid_) {
+            pid_ = -1;
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        }
+        if (clock_type::now() > deadline) return -1;
+        std::this_thread::sleep_for(10ms);
+    }
+    return -1;
+}
+
+int Process::stop(int signal, std::chrono::milliseconds timeout) {
+    if (pid_ <= 0) return -1;
+    ::kill(pid_, signal);
+    return wait(timeout);
+}
+
+unsigned short free_port() {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    socklen_t len = sizeof addr;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    ::close(fd);
+    return ntohs(addr.sin_port);
+}
+
+static int connect_to(unsigned short port) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(port);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+        ::close(fd);
+        return -1;
+    }
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+bool wait_for_port(unsigned short port, std::chrono::milliseconds timeout) {
+    auto deadline = clock_type::now() + timeout;
+    while (clock_type::now() < deadline) {
+        int fd = connect_to(port);
+        if (fd >= 0) {
+            ::close(fd);
+            return true;
+        }
+        std::this_thread::sleep_for(20ms);
+    }
+    return false;
+}
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+std::string temp_dir() {
+    char tmpl[] = "/tmp/tokengate-test-XXXXXX";
+    char* d = ::mkdtemp(tmpl);
+    if (!d) throw std::runtime_error("mkdtemp failed");
+    return d;
+}
+
+RawClient::RawClient(unsigned short port) : fd_(connect_to(port)) {}
+RawClient::~RawClient() { close(); }
+
+void RawClient::close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+}
+
+bool RawClient::send_all(const std::string& bytes) {
+    std::size_t sent = 0;
+    while (sent < bytes.size()) {
+        ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+        if (n <= 0) return false;
+        sent += static_cast<std::size_t>(n);
+    }
+    return true;
+}
+
+std::string RawClient::read_some(std::chrono::milliseconds timeout, const std::string& until) {
+    std::string out;
+    auto deadline = clock_type::now() + timeout;
+    while (fd_ >= 0) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
+        if (left.count() <= 0) break;
+        pollfd p{fd_, POLLIN, 0};
+        if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+        char buf[16384];
+        ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        out.append(buf, static_cast<std::size_t>(n));
+        if (!until.empty() && out.find(until) != std::string::npos) break;
+    }
+    return out;
+}
+
+bool RawClient::wait_closed(std::chrono::milliseconds timeout) {
+    auto deadline = clock_type::now() + timeout;
+    while (clock_type::now() < deadline) {
+        pollfd p{fd_, POLLIN, 0};
+        if (::poll(&p, 1, 50) > 0) {
+            char buf[4096];
+            ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+            if (n <= 0) return true;
+        }
+    }
+    return false;
+}
+
+/// Parses one HTTP/1.1 response (Content-Length or chunked) out of `raw`; false if incomplete.
+static bool parse_response(const std::string& raw, Response& out) {
+    auto head_end = raw.find("\r\n\r\n");
+    if (head_end == std::string::npos) return false;
+    std::istringstream head(raw.substr(0, head_end));
+    std::string line;
+    std::getline(head, line);
+    if (line.size() < 12) return false;
+    out.status = std::stoi(line.substr(9, 3));
+    out.headers.clear();
+    while (std::getline(head, line)) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        auto colon = line.find(':');
+        if (colon == std::string::npos) continue;
+        std::string name = line.substr(0, colon);
+        for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        std::string value = line.substr(colon + 1);
+        while (!value.empty() && value.front() == ' ') value.erase(0, 1);
+        out.headers[name] = value;
+    }
+    std::string rest = raw.substr(head_end + 4);
+    if (out.headers.count("content-length")) {
+        auto len = std::stoul(out.headers["content-length"]);
+        if (rest.size() < len) return false;
+        out.body = rest.substr(0, len);
+        return true;
+    }
+    if (out.headers["transfer-encoding"].find("chunked") != std::string::npos) {
+        out.body.clear();
+        std::size_t pos = 0;
+        for (;;) {
+            auto eol = rest.find("\r\n", pos);
+            if (eol == std::string::npos) return false;
+            auto size = std::stoul(rest.substr(pos, eol - pos), nullptr, 16);
+            if (size == 0) return rest.find("\r\n", eol + 2) != std::string::npos;
+            if (rest.size() < eol + 2 + size + 2) return false;
+            out.body += rest.substr(eol + 2, size);
+            pos = eol + 2 + size + 2;
+        }
+    }
+    out.body = rest;
+    return out.status == 204 || out.status == 304;
+}
+
+Response send_request(unsigned short port, const Request& request, std::chrono::milliseconds timeout) {
+    Response response;
+    RawClient client(port);
+    if (!client.connected()) return response;
+    std::string raw = request.method + " " + request.target + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    bool has_type = false;
+    for (const auto& [k, v] : request.headers) {
+        raw += k + ": " + v + "\r\n";
+        if (k == "Content-Type") has_type = true;
+    }
+    if (!request.body.empty() && !has_type) raw += "Content-Type: application/json\r\n";
+    if (!request.body.empty() || request.method == "POST")
+        raw += "Content-Length: " + std::to_string(request.body.size()) + "\r\n";
+    raw += "\r\n" + request.body;
+    if (!client.send_all(raw)) return response;
+    std::string got;
+    auto deadline = clock_type::now() + timeout;
+    while (clock_type::now() < deadline) {
+        auto chunk = client.read_some(200ms);
+        got += chunk;
+        if (parse_response(got, response)) return response;
+        if (chunk.empty() && client.wait_closed(1ms)) break;
+    }
+    if (!parse_response(got, response)) {
+        Response partial;
+        partial.body = got;
+        return partial;
+    }
+    return response;
+}
+
+std::string chat_body(const std::string& model, const std::string& content, int max_tokens, bool stream,
+                      bool include_usage) {
+    std::string body = R"({"model":")" + model + R"(","messages":[{"role":"user","content":")" + content + R"("}])";
+    if (max_tokens >= 0) body += ",\"max_tokens\":" + std::to_string(max_tokens);
+    if (stream) body += ",\"stream\":true";
+    if (include_usage) body += R"(,"stream_options":{"include_usage":true})";
+    return body + "}";
+}
+
+static void replace_all(std::string& s, const std::string& from, const std::string& to) {
+    for (std::size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size()) s.replace(pos, from.size(), to);
+}
+
+GatewayUnderTest::GatewayUnderTest(const std::string& config_body, const std::string& server_extra,
+                                   double mock_tokens_per_s, const std::string& upstream_extra)
+    : dir_(temp_dir()), port_(free_port()), mock_port_(free_port()) {
+    mock_.emplace(std::vector<std::string>{TOKENGATE_BINARY, "mock-upstream", "--port", std::to_string(mock_port_),
+                                           "--tokens-per-s", std::to_string(mock_tokens_per_s)},
+                  dir_ + "/mock.log");
+    std::string dead = "http://127.0.0.1:" + std::to_string(free_port());
+    std::string cfg = "server:\n  listen: 127.0.0.1:" + std::to_string(port_) + "\n  threads: 2\n" + server_extra +
+                      "upstreams:\n"
+                      "  - name: mock\n    url: {UPSTREAM}\n" + upstream_extra +
+                      "  - name: dead\n    url: {DEAD}\n    timeouts: { connect: 1s }\n" + config_body;
+    replace_all(cfg, "{UPSTREAM}", "http://127.0.0.1:" + std::to_string(mock_port_));
+    replace_all(cfg, "{DEAD}", dead);
+    std::ofstream(dir_ + "/gateway.yaml") << cfg;
+    if (!wait_for_port(mock_port_)) throw std::runtime_error("mock upstream did not start");
+    gateway_.emplace(std::vector<std::string>{TOKENGATE_BINARY, "serve", "-c", dir_ + "/gateway.yaml"},
+                     dir_ + "/gateway.log");
+    if (!wait_for_port(port_)) throw std::runtime_error("gateway did not start: " + log());
+}
+
+}  // namespace tokengate::testing

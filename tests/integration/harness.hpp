@@ -1,0 +1,99 @@
+#pragma once
+
+// Integration test support: start the real tokengate binary on free loopback ports and talk
+// to it over plain sockets.
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tokengate::testing {
+
+/// A child process, killed (SIGKILL) when this goes out of scope unless it already exited.
+class Process {
+public:
+    Process(const std::vector<std::string>& args, const std::string& output_path);
+    Process(Process&& other) noexcept;
+    Process(const Process&) = delete;
+    ~Process();
+    /// Sends `signal` and waits up to `timeout` for the exit; returns the exit code, or -1.
+    int stop(int signal, std::chrono::milliseconds timeout = std::chrono::seconds(15));
+    /// Waits for the exit without signalling; returns the exit code or -1 on timeout.
+    int wait(std::chrono::milliseconds timeout);
+    int pid() const { return pid_; }
+
+private:
+    int pid_ = -1;
+};
+
+unsigned short free_port();
+bool wait_for_port(unsigned short port, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+std::string read_file(const std::string& path);
+std::string temp_dir();
+
+struct Response {
+    int status = 0;
+    std::map<std::string, std::string> headers;  // lower-case names
+    std::string body;
+    std::string header(const std::string& name) const {
+        auto it = headers.find(name);
+        return it == headers.end() ? std::string() : it->second;
+    }
+};
+
+struct Request {
+    std::string method = "GET";
+    std::string target = "/";
+    std::vector<std::pair<std::string, std::string>> headers;
+    std::string body;
+};
+
+/// One request on a new connection; status 0 if the connection failed.
+Response send_request(unsigned short port, const Request& request,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(20));
+
+/// A raw client connection for tests that need byte-level control.
+class RawClient {
+public:
+    explicit RawClient(unsigned short port);
+    ~RawClient();
+    bool connected() const { return fd_ >= 0; }
+    bool send_all(const std::string& bytes);
+    /// Reads what arrives within `timeout` (returns early once `until` is seen, if given).
+    std::string read_some(std::chrono::milliseconds timeout, const std::string& until = "");
+    /// True once the peer has closed (read returns 0) within `timeout`.
+    bool wait_closed(std::chrono::milliseconds timeout);
+    void close();
+
+private:
+    int fd_ = -1;
+};
+
+std::string chat_body(const std::string& model, const std::string& content, int max_tokens, bool stream,
+                      bool include_usage = false);
+
+/// mock-upstream + gateway on free ports with a config built around them.
+class GatewayUnderTest {
+public:
+    /// `config_body` may use {UPSTREAM} (the mock's URL) and {DEAD} (a URL nothing listens on);
+    /// it is everything after `server:`/`upstreams:` — i.e. routes, tiers, tenants, limits.
+    explicit GatewayUnderTest(const std::string& config_body, const std::string& server_extra = "",
+                              double mock_tokens_per_s = 1000, const std::string& upstream_extra = "");
+    unsigned short port() const { return port_; }
+    unsigned short mock_port() const { return mock_port_; }
+    std::string log() const { return read_file(dir_ + "/gateway.log"); }
+    Process& gateway() { return *gateway_; }
+    const std::string& dir() const { return dir_; }
+    Response request(const Request& r) const { return send_request(port_, r); }
+
+private:
+    std::string dir_;
+    unsigned short port_ = 0;
+    unsigned short mock_port_ = 0;
+    std::optional<Process> mock_;
+    std::optional<Process> gateway_;
+};
+
+}  // namespace tokengate::testing

@@ -1,0 +1,120 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tokengate/config/loader.hpp"
+
+namespace tokengate::config {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path repo_root() { return fs::path(TOKENGATE_FIXTURES).parent_path().parent_path(); }
+
+TEST(ConfigLoader, ExampleConfigsLoad) {
+    std::vector<fs::path> files = {repo_root() / "gateway.example.yaml"};
+    for (const auto& entry : fs::directory_iterator(repo_root() / "config"))
+        if (entry.path().extension() == ".yaml") files.push_back(entry.path());
+    for (const auto& f : files) {
+        SCOPED_TRACE(f.string());
+        EXPECT_NO_THROW(load_config_file(f.string()));
+    }
+}
+
+TEST(ConfigLoader, ExampleConfigValues) {
+    auto cfg = load_config_file((repo_root() / "gateway.example.yaml").string());
+    EXPECT_EQ(cfg->server.host, "127.0.0.1");
+    EXPECT_EQ(cfg->server.port, 8080);
+    EXPECT_EQ(cfg->server.max_body_bytes, 4u << 20);
+    EXPECT_EQ(cfg->server.max_header_bytes, 16u << 10);
+    EXPECT_EQ(cfg->server.header_timeout, 10 * core::k_nanos_per_second);
+    ASSERT_EQ(cfg->tenants.size(), 2u);
+    EXPECT_EQ(cfg->tenants[0].id, "demo");
+    ASSERT_FALSE(cfg->tenants[0].limits.empty());
+    EXPECT_EQ(cfg->tenants[0].limits[0].name, "requests");
+    EXPECT_DOUBLE_EQ(cfg->tenants[0].limits[0].rate_per_s, 1.0);
+    EXPECT_EQ(cfg->upstreams[0].port, 8000);
+    EXPECT_FALSE(cfg->warnings.empty()) << "the plain demo key must be warned about";
+}
+
+/// Every fixture names its expected "line:col: message" on its first line.
+TEST(ConfigLoader, EveryBadFixtureReportsItsPosition) {
+    int checked = 0;
+    for (const auto& entry : fs::directory_iterator(fs::path(TOKENGATE_FIXTURES) / "config")) {
+        std::ifstream in(entry.path());
+        std::string first;
+        std::getline(in, first);
+        const std::string marker = "# expect: ";
+        ASSERT_EQ(first.rfind(marker, 0), 0u) << entry.path();
+        auto expected = first.substr(marker.size());
+        SCOPED_TRACE(entry.path().filename().string());
+        try {
+            load_config_file(entry.path().string());
+            ADD_FAILURE() << "loaded without error";
+        } catch (const ConfigError& e) {
+            std::string what = e.what();
+            auto prefix = entry.path().string() + ":";
+            ASSERT_EQ(what.rfind(prefix, 0), 0u) << what;
+            EXPECT_EQ(what.substr(prefix.size(), expected.size()), expected) << what;
+        }
+        ++checked;
+    }
+    EXPECT_GE(checked, 20);
+}
+
+TEST(ConfigLoader, TenantOverridesReplaceAndAdd) {
+    auto cfg = load_config_text(R"(
+upstreams: [ { name: up, url: "http://127.0.0.1:8000/base/" } ]
+routes: [ { path_prefix: /v1/, upstreams: [ { name: up, weight: 3 } ] } ]
+tiers:
+  free:
+    limits:
+      - { name: requests, algorithm: token_bucket, capacity: 10, rate: 1/s }
+      - { name: tokens, algorithm: token_bucket, capacity: 100, rate: 10/s, unit: cost }
+tenants:
+  - id: t1
+    tier: free
+    keys: ["k1"]
+    limits:
+      - { name: requests, algorithm: token_bucket, capacity: 50, rate: 5/s }
+      - { name: inflight, algorithm: concurrency, max: 4 }
+)", "inline.yaml");
+    const auto& limits = cfg->tenants[0].limits;
+    ASSERT_EQ(limits.size(), 3u);
+    EXPECT_EQ(limits[0].name, "requests");
+    EXPECT_DOUBLE_EQ(limits[0].capacity, 50);
+    EXPECT_EQ(limits[1].name, "tokens");
+    EXPECT_EQ(limits[2].name, "inflight");
+    EXPECT_EQ(limits[2].algorithm, Algorithm::concurrency);
+    EXPECT_EQ(cfg->upstreams[0].base_path, "/base");
+    EXPECT_TRUE(cfg->routes[0].prefix);
+    EXPECT_EQ(cfg->routes[0].upstreams[0].weight, 3u);
+}
+
+TEST(ConfigLoader, EnvKeysResolve) {
+    ::setenv("TOKENGATE_TEST_KEY", "secret-from-env", 1);
+    auto cfg = load_config_text(R"(
+upstreams: [ { name: up, url: "http://127.0.0.1:8000" } ]
+routes: [ { path: /v1/models, upstreams: [up] } ]
+tenants: [ { id: t1, keys: ["env:TOKENGATE_TEST_KEY"] } ]
+)", "inline.yaml");
+    EXPECT_TRUE(cfg->warnings.empty());
+    ASSERT_EQ(cfg->tenants[0].key_digests.size(), 1u);
+    EXPECT_EQ(cfg->tenants[0].key_digests[0].size(), 32u);
+}
+
+TEST(ConfigLoader, MissingFileIsAnError) {
+    EXPECT_THROW(load_config_file("/nonexistent/gateway.yaml"), ConfigError);
+}
+
+TEST(GlobMatch, Patterns) {
+    EXPECT_TRUE(glob_match("llama3-70b*", "llama3-70b-instruct"));
+    EXPECT_TRUE(glob_match("*", ""));
+    EXPECT_TRUE(glob_match("a?c", "abc"));
+    EXPECT_FALSE(glob_match("llama3-70b*", "llama3-8b"));
+    EXPECT_TRUE(glob_match("*8b*", "llama3-8b-instruct"));
+}
+
+}  // namespace
+}  // namespace tokengate::config

@@ -1,0 +1,68 @@
+#include <gtest/gtest.h>
+
+#include "tokengate/cost/cost.hpp"
+
+namespace tokengate::cost {
+namespace {
+
+TEST(RequestCost, SpecWorkedExamples) {
+    config::CostConfig c;  // input per 100 min 1, output per 50 min 1, floor
+    c.stream_surcharge = 1;
+    EXPECT_DOUBLE_EQ(request_cost(c, 1.0, 60, 40, false), 2);
+    EXPECT_DOUBLE_EQ(request_cost(c, 3.5, 300, 160, false), 21);
+    c.rounding = config::Rounding::ceil;
+    EXPECT_DOUBLE_EQ(request_cost(c, 3.5, 300, 160, false), 24.5);
+    EXPECT_DOUBLE_EQ(request_cost(c, 3.5, 300, 160, true), 25.5);
+}
+
+TEST(CostFactor, GlobsAndDefault) {
+    std::vector<config::ModelCost> models = {{"llama3-70b*", 3.5}, {"llama3-8b", 1.0}};
+    EXPECT_DOUBLE_EQ(cost_factor(models, "llama3-70b-instruct"), 3.5);
+    EXPECT_DOUBLE_EQ(cost_factor(models, "mistral"), 1.0);
+    models.push_back({"*", 2.0});
+    EXPECT_DOUBLE_EQ(cost_factor(models, "mistral"), 2.0);
+    EXPECT_DOUBLE_EQ(cost_factor(models, "llama3-8b"), 1.0);
+}
+
+TEST(EstimateTokens, LatinAndCjk) {
+    EXPECT_EQ(estimate_tokens(""), 0u);
+    EXPECT_EQ(estimate_tokens("abcd"), 1u);
+    EXPECT_EQ(estimate_tokens("abcde"), 2u);
+    EXPECT_EQ(estimate_tokens("你好世界"), 4u) << "one token per CJK character";
+    EXPECT_EQ(estimate_tokens("hi 你好"), 3u);
+}
+
+TEST(ParseRequestBody, ChatRequest) {
+    config::CostConfig c;
+    auto p = parse_request_body(
+        R"({"model":"llama3-8b","messages":[{"role":"user","content":"abcdefgh"}],"max_tokens":100,"stream":true,
+            "stream_options":{"include_usage":true}})", c);
+    ASSERT_EQ(p.error, BodyError::none);
+    EXPECT_EQ(p.summary.model, "llama3-8b");
+    EXPECT_TRUE(p.summary.stream);
+    EXPECT_TRUE(p.summary.client_wants_usage);
+    EXPECT_EQ(p.summary.max_output_tokens, 100u);
+    EXPECT_EQ(p.summary.input_tokens, 4u + 2u + 3u);
+}
+
+TEST(ParseRequestBody, MaxCompletionTokensWinsAndDefaultApplies) {
+    config::CostConfig c;
+    c.default_max_tokens = 256;
+    EXPECT_EQ(parse_request_body(R"({"max_tokens":10,"max_completion_tokens":20})", c).summary.max_output_tokens, 20u);
+    EXPECT_EQ(parse_request_body(R"({"prompt":"x"})", c).summary.max_output_tokens, 256u);
+    EXPECT_EQ(parse_request_body("", c).summary.max_output_tokens, 0u);
+}
+
+TEST(ParseRequestBody, Errors) {
+    config::CostConfig c;
+    EXPECT_EQ(parse_request_body("{not json", c).error, BodyError::invalid_json);
+    EXPECT_EQ(parse_request_body("[1,2]", c).error, BodyError::invalid_body);
+    EXPECT_EQ(parse_request_body(R"({"max_tokens":"x"})", c).error, BodyError::invalid_body);
+    EXPECT_EQ(parse_request_body(R"({"max_tokens":-1})", c).error, BodyError::invalid_body);
+    EXPECT_EQ(parse_request_body(R"({"messages":"hi"})", c).error, BodyError::invalid_body);
+    EXPECT_EQ(parse_request_body(R"({"model":5})", c).error, BodyError::invalid_body);
+    EXPECT_EQ(parse_request_body(R"({"stream":"yes"})", c).error, BodyError::invalid_body);
+}
+
+}  // namespace
+}  // namespace tokengate::cost
