@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs, builds, and runs the gateway on gateway.example.yaml in front of the built-in mock
+# upstream (127.0.0.1:8000). Ctrl-C stops both.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh release
+bin=build/release/tokengate
+"$bin" mock-upstream --port 8000 &
+mock=$!
+trap 'kill $mock 2>/dev/null || true' EXIT
+echo "gateway on http://127.0.0.1:8080 — try the curl in README.md"
+"$bin" serve -c gateway.example.yaml

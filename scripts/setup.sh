@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what is missing (Debian 12 packages only) and builds tokengate.
+# usage: scripts/setup.sh [release|asan] [extra apt packages...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+flavor=${1:-release}
+shift || true
+packages=(g++ cmake make ccache pkg-config curl libboost1.81-dev nlohmann-json3-dev libyaml-cpp-dev
+          libspdlog-dev libgtest-dev googletest libbenchmark-dev "$@")
+
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    echo "installing: ${missing[*]}"
+    sudo_cmd=()
+    [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+    "${sudo_cmd[@]}" apt-get update -q
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+case "$flavor" in
+    release) opts=(-DCMAKE_BUILD_TYPE=RelWithDebInfo) ;;
+    asan) opts=(-DCMAKE_BUILD_TYPE=Debug -DTOKENGATE_SANITIZE=ON -DTOKENGATE_BENCH=OFF) ;;
+    *) echo "unknown build flavor: $flavor" >&2; exit 2 ;;
+esac
+export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
+cmake -S . -B "build/$flavor" "${opts[@]}" > /dev/null
+cmake --build "build/$flavor" -j "$(nproc)"
