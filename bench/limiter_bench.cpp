@@ -40,7 +40,7 @@ const auto k_global = spec("gpu", 1e12, 1e12, config::Unit::cost);
 void BM_OneDecision(benchmark::State& state) {
     core::SteadyClock clock;
     store::MemoryStore store(clock);
-    std::vector<limiter::Charge> charges = {{&k_tenant, Level::tenant, "tenant:tokens:acme", 21}};
+    std::vector<limiter::Charge> charges = {{&k_tenant, Level::tenant, "tenant:tokens:acme", 21, {}}};
     for (auto _ : state) benchmark::DoNotOptimize(store.decide(charges));
 }
 BENCHMARK(BM_OneDecision);
@@ -48,10 +48,10 @@ BENCHMARK(BM_OneDecision);
 void BM_FourLevelDecision(benchmark::State& state) {
     core::SteadyClock clock;
     store::MemoryStore store(clock);
-    std::vector<limiter::Charge> charges = {{&k_tenant, Level::tenant, "tenant:tokens:acme", 21},
-                                            {&k_ip, Level::ip, "ip:per-ip:10.1.2.3", 1},
-                                            {&k_route, Level::route, "route:route-rps:/v1/chat/completions", 1},
-                                            {&k_global, Level::global, "global:gpu:*", 21}};
+    std::vector<limiter::Charge> charges = {{&k_tenant, Level::tenant, "tenant:tokens:acme", 21, {}},
+                                            {&k_ip, Level::ip, "ip:per-ip:10.1.2.3", 1, {}},
+                                            {&k_route, Level::route, "route:route-rps:/v1/chat/completions", 1, {}},
+                                            {&k_global, Level::global, "global:gpu:*", 21, {}}};
     for (auto _ : state) benchmark::DoNotOptimize(store.decide(charges));
 }
 BENCHMARK(BM_FourLevelDecision);
@@ -75,7 +75,7 @@ void BM_MillionTenantKeys(benchmark::State& state) {
         core::SteadyClock clock;
         auto before = rss_kib();
         auto store = std::make_unique<store::MemoryStore>(clock);
-        std::vector<limiter::Charge> charge = {{&k_tenant, Level::tenant, "", 21}};
+        std::vector<limiter::Charge> charge = {{&k_tenant, Level::tenant, "", 21, {}}};
         for (int i = 0; i < 1'000'000; ++i) {
             charge[0].key = "tenant:tokens:tenant-" + std::to_string(i);
             store->decide(charge);

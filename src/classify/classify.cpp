@@ -24,6 +24,7 @@ void add_level(std::vector<limiter::Charge>& out, const std::vector<config::Limi
         c.key.reserve(spec.name.size() + subject.size() + 10);
         c.key.append(config::to_string(level)).append(":").append(spec.name).append(":").append(subject);
         c.amount = spec.unit == config::Unit::cost ? facts.cost : 1.0;
+        c.tenant = facts.tenant_id;
         out.push_back(std::move(c));
     }
 }
@@ -48,10 +49,13 @@ std::vector<limiter::Charge> applicable_limits(const config::GatewayConfig& conf
                                                const RequestFacts& facts) {
     std::vector<limiter::Charge> out;
     const auto& tenant = config.tenants[facts.tenant];
-    add_level(out, tenant.limits, Level::tenant, tenant.id, facts);
-    add_level(out, config.ip_limits, Level::ip, facts.client_ip, facts);
-    add_level(out, config.routes[facts.route].limits, Level::route, config.routes[facts.route].path, facts);
-    add_level(out, config.global_limits, Level::global, "*", facts);
+    RequestFacts with_tenant = facts;
+    with_tenant.tenant_id = tenant.id;
+    const auto& f = with_tenant;
+    add_level(out, tenant.limits, Level::tenant, tenant.id, f);
+    add_level(out, config.ip_limits, Level::ip, f.client_ip, f);
+    add_level(out, config.routes[f.route].limits, Level::route, config.routes[f.route].path, f);
+    add_level(out, config.global_limits, Level::global, "*", f);
     return out;
 }
 

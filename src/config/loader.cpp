@@ -484,11 +484,12 @@ struct Loader {
                 else r.fail(n["mode"], "mode must be police or shape, got '" + m + "'");
             }
             if (l.mode == LeakyMode::shape) {
-                r.fail(n["mode"], "limit '" + l.name +
-                                      "': leaky_bucket mode shape is not available in this build yet");
+                if (n["max_wait"]) l.max_wait = r.duration(n["max_wait"], "max_wait");
+                if (n["fair"]) l.fair = r.boolean(n["fair"], "fair");
+            } else {
+                reject_key("max_wait", "applies only to mode: shape");
+                reject_key("fair", "applies only to mode: shape");
             }
-            reject_key("max_wait", "applies only to mode: shape");
-            reject_key("fair", "applies only to mode: shape");
         }
         if (n["enforce"]) l.enforce = r.boolean(n["enforce"], "enforce");
         if (n["models"]) l.models = r.strings(n["models"], "models");

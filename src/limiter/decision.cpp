@@ -32,7 +32,7 @@ void settle(BucketStore& store, std::span<const Charge> charged, double actual_c
     for (const auto& c : charged) {
         if (c.spec->algorithm == config::Algorithm::concurrency) {
             store.release(c);
-        } else if (c.spec->unit == config::Unit::cost && actual_cost != c.amount) {
+        } else if (!is_shaping(*c.spec) && c.spec->unit == config::Unit::cost && actual_cost != c.amount) {
             store.adjust(c, actual_cost - c.amount);
         }
     }

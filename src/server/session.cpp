@@ -257,6 +257,7 @@ private:
                 if (!watch->finished && ec != net::error::operation_aborted) {
                     watch->client_gone = true;
                     if (watch->active) watch->active->stream.cancel();
+                    if (watch->on_client_gone) watch->on_client_gone();
                 }
                 break;
             }
@@ -264,6 +265,46 @@ private:
         }
         watch_exited_ = true;
         exited->cancel();
+    }
+
+    /// Shaping: waits until every queue this request was admitted to lets it start. False if
+    /// the client went away meanwhile; its places are then given back.
+    net::awaitable<bool> wait_in_queues(const std::vector<limiter::Charge>& charges,
+                                        const limiter::Decision& decision, proxy::ExchangeWatch& watch) {
+        auto& store = services_.store;
+        auto timer = std::make_shared<net::steady_timer>(stream_.get_executor());
+        std::weak_ptr<net::steady_timer> weak = timer;
+        auto wake = [ex = stream_.get_executor(), weak] {
+            net::post(ex, [weak] {
+                if (auto t = weak.lock()) t->cancel();
+            });
+        };
+        watch.on_client_gone = wake;
+        bool ok = true;
+        for (std::size_t i = 0; i < charges.size(); ++i) {
+            auto ticket = decision.statuses[i].ticket;
+            if (!ticket) continue;
+            if (!ok) {
+                store.queue_cancel(charges[i], ticket);
+                continue;
+            }
+            store.queue_set_waker(charges[i], ticket, wake);
+            for (;;) {
+                if (watch.client_gone) {
+                    store.queue_cancel(charges[i], ticket);
+                    ok = false;
+                    break;
+                }
+                auto check = store.queue_try_start(charges[i], ticket);
+                if (check.started || check.unknown) break;
+                // Not first yet: sleep until the estimated start, or until the queue wakes us.
+                auto until = std::max(check.wait_until, services_.clock.now() + 1'000'000);
+                timer->expires_at(net::steady_timer::time_point(std::chrono::nanoseconds(until)));
+                co_await timer->async_wait(k_use);
+            }
+        }
+        watch.on_client_gone = nullptr;
+        co_return ok;
     }
 
     net::awaitable<bool> handle(http::request<http::string_body>& req, std::shared_ptr<const Runtime> rt) {
@@ -324,7 +365,7 @@ private:
         double reserved = cost::request_cost(cfg.cost, cost::cost_factor(cfg.models, summary.model),
                                              summary.input_tokens, summary.max_output_tokens, summary.stream);
         auto charges = classify::applicable_limits(
-            cfg, {principal->tenant, rec.client_ip, *route_index, summary.model, reserved});
+            cfg, {principal->tenant, rec.client_ip, *route_index, summary.model, reserved, {}});
         auto decision = services_.store.decide(charges);
         auto headers = limiter::rate_limit_headers(decision, clock.unix_now());
         if (!decision.allowed) {
@@ -337,10 +378,33 @@ private:
         rec.cost_reserved = reserved;
         Settlement settlement(services_.store, limiter::charged(charges, decision), reserved);
 
+        auto watch = std::make_shared<proxy::ExchangeWatch>();
+        auto watcher_exited = std::make_shared<net::steady_timer>(stream_.get_executor(),
+                                                                  net::steady_timer::time_point::max());
+        watch_exited_ = false;
+        net::co_spawn(stream_.get_executor(), watch_client(watch, watcher_exited), net::detached);
+        auto stop_watching = [&]() -> net::awaitable<void> {
+            watch->finished = true;
+            if (!watch_exited_) {
+                beast::error_code ignored;
+                stream_.socket().cancel(ignored);
+                co_await watcher_exited->async_wait(k_use);
+            }
+        };
+
+        if (!co_await wait_in_queues(charges, decision, *watch)) {
+            settlement.settle(0);  // never forwarded: refund every cost unit
+            co_await stop_watching();
+            rec.status = 499;
+            log_access(rec);
+            co_return false;
+        }
+
         bool found = false;
         auto upstream_index = pick_upstream(route, *rt, clock.now(), found);
         if (!found) {
             settlement.settle(0);
+            co_await stop_watching();
             co_return co_await finish_error(http::status::bad_gateway, "server_error", "upstream_unavailable",
                                             "Every upstream for this route is ejected after failures.",
                                             headers);
@@ -372,11 +436,6 @@ private:
         up.prepare_payload();
 
         auto& pool = worker_.pool_for(upstream, worker_.worker_count);
-        auto watch = std::make_shared<proxy::ExchangeWatch>();
-        auto watcher_exited = std::make_shared<net::steady_timer>(stream_.get_executor(),
-                                                                  net::steady_timer::time_point::max());
-        watch_exited_ = false;
-        net::co_spawn(stream_.get_executor(), watch_client(watch, watcher_exited), net::detached);
 
         proxy::ForwardHooks hooks;
         hooks.decorate = [&](http::response_header<>& h) {
@@ -386,12 +445,7 @@ private:
         auto result = co_await proxy::forward(pool, *rt->health[upstream_index], up,
                                               {stream_, keep_alive, version, req.method() == http::verb::head},
                                               watch, hooks, clock);
-        watch->finished = true;
-        if (!watch_exited_) {
-            beast::error_code ignored;
-            stream_.socket().cancel(ignored);
-            co_await watcher_exited->async_wait(k_use);
-        }
+        co_await stop_watching();
         if (result.first_byte_at) rec.first_byte = result.first_byte_at;
 
         switch (result.outcome) {

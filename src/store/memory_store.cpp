@@ -19,10 +19,13 @@ MemoryStore::Bucket& MemoryStore::find_or_create(Shard& shard, const Charge& cha
     if (it == shard.buckets.end()) {
         Bucket b;
         if (charge.spec->algorithm == Algorithm::concurrency) b.gauge = limiter::ConcurrencyGauge(charge.spec->capacity);
+        else if (limiter::is_shaping(*charge.spec)) b.queue = std::make_unique<limiter::ShapeQueue>(*charge.spec);
         else b.rate = limiter::RateBucket(*charge.spec, now);
-        it = shard.buckets.emplace(charge.key, b).first;
+        it = shard.buckets.emplace(charge.key, std::move(b)).first;
     } else if (charge.spec->algorithm == Algorithm::concurrency) {
         it->second.gauge.set_max(charge.spec->capacity);
+    } else if (it->second.queue) {
+        it->second.queue->reconfigure(*charge.spec);
     } else {
         it->second.rate.reconfigure(*charge.spec, now);
     }
@@ -48,14 +51,16 @@ Decision MemoryStore::decide(std::span<const Charge> charges) {
         auto& status = decision.statuses[i];
         status.spec = c.spec;
         status.level = c.level;
-        status.verdict = c.spec->algorithm == Algorithm::concurrency
-                             ? buckets[i]->gauge.check(c.amount)
-                             : buckets[i]->rate.check(c.amount, now);
+        if (c.spec->algorithm == Algorithm::concurrency) status.verdict = buckets[i]->gauge.check(c.amount);
+        else if (buckets[i]->queue) status.verdict = buckets[i]->queue->check(c.tenant, c.amount, now).verdict;
+        else status.verdict = buckets[i]->rate.check(c.amount, now);
     }
     limiter::resolve(decision);
     for (std::size_t i = 0; i < charges.size(); ++i) {
         if (!decision.statuses[i].charged) continue;
         if (charges[i].spec->algorithm == Algorithm::concurrency) buckets[i]->gauge.acquire(charges[i].amount);
+        else if (buckets[i]->queue)
+            decision.statuses[i].ticket = buckets[i]->queue->admit(charges[i].tenant, charges[i].amount, now).ticket;
         else buckets[i]->rate.consume(charges[i].amount, now);
     }
     for (auto it = order.rbegin(); it != order.rend(); ++it) shards_[*it].mutex.unlock();
@@ -66,7 +71,30 @@ void MemoryStore::adjust(const Charge& charge, double delta) {
     auto& shard = shards_[shard_of(charge.key)];
     std::lock_guard lock(shard.mutex);
     auto now = clock_.now();
-    find_or_create(shard, charge, now).rate.adjust(delta, now);
+    auto& bucket = find_or_create(shard, charge, now);
+    if (!bucket.queue) bucket.rate.adjust(delta, now);  // a started request's queue slot is spent
+}
+
+limiter::ShapeQueue::StartCheck MemoryStore::queue_try_start(const Charge& charge, std::uint64_t ticket) {
+    auto& shard = shards_[shard_of(charge.key)];
+    std::lock_guard lock(shard.mutex);
+    auto it = shard.buckets.find(charge.key);
+    if (it == shard.buckets.end() || !it->second.queue) return {false, true, 0};
+    return it->second.queue->try_start(ticket, clock_.now());
+}
+
+void MemoryStore::queue_cancel(const Charge& charge, std::uint64_t ticket) {
+    auto& shard = shards_[shard_of(charge.key)];
+    std::lock_guard lock(shard.mutex);
+    auto it = shard.buckets.find(charge.key);
+    if (it != shard.buckets.end() && it->second.queue) it->second.queue->cancel(ticket);
+}
+
+void MemoryStore::queue_set_waker(const Charge& charge, std::uint64_t ticket, std::function<void()> wake) {
+    auto& shard = shards_[shard_of(charge.key)];
+    std::lock_guard lock(shard.mutex);
+    auto it = shard.buckets.find(charge.key);
+    if (it != shard.buckets.end() && it->second.queue) it->second.queue->set_waker(ticket, std::move(wake));
 }
 
 void MemoryStore::release(const Charge& charge) {
@@ -82,7 +110,8 @@ std::size_t MemoryStore::evict_idle() {
     for (auto& shard : shards_) {
         std::lock_guard lock(shard.mutex);
         evicted += std::erase_if(shard.buckets, [&](const auto& kv) {
-            return kv.second.gauge.in_flight() <= 0 && kv.second.rate.is_full(now);
+            const auto& b = kv.second;
+            return b.gauge.in_flight() <= 0 && b.rate.is_full(now) && (!b.queue || b.queue->idle(now));
         });
     }
     return evicted;

@@ -19,6 +19,7 @@ struct RequestFacts {
     std::size_t route = 0;
     std::string_view model;
     double cost = 0;
+    std::string_view tenant_id;  // filled in by applicable_limits from the config
 };
 
 /// Every limit that applies to a request, at every level, as charges to decide on at once.

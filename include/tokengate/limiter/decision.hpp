@@ -1,11 +1,13 @@
 #pragma once
 
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "tokengate/config/config.hpp"
 #include "tokengate/limiter/rate_bucket.hpp"
+#include "tokengate/limiter/shape_queue.hpp"
 
 namespace tokengate::limiter {
 
@@ -15,13 +17,19 @@ struct Charge {
     config::Level level = config::Level::tenant;
     std::string key;    // the bucket's identity: "<level>:<limit name>:<subject>"
     double amount = 1;  // 1 for unit: requests, the request's cost for unit: cost
+    std::string_view tenant;  // for fair queueing; points into the config snapshot
 };
+
+inline bool is_shaping(const config::LimitSpec& spec) {
+    return spec.algorithm == config::Algorithm::leaky_bucket && spec.mode == config::LeakyMode::shape;
+}
 
 struct LimitStatus {
     const config::LimitSpec* spec = nullptr;
     config::Level level = config::Level::tenant;
     Verdict verdict;
     bool charged = false;  // false for a refused request and for a shadow limit that would refuse
+    std::uint64_t ticket = 0;  // shaping: the place in the queue to wait with (0 = start now)
 };
 
 /// The outcome of checking every applicable limit at once.
@@ -44,6 +52,14 @@ public:
     virtual void adjust(const Charge& charge, double delta) = 0;
     /// A concurrency slot ends.
     virtual void release(const Charge& charge) = 0;
+
+    /// Shaping: a queued request asks to start (see ShapeQueue::try_start).
+    virtual ShapeQueue::StartCheck queue_try_start(const Charge& charge, std::uint64_t ticket) = 0;
+    /// Shaping: a queued request leaves before it started, giving its place back.
+    virtual void queue_cancel(const Charge& charge, std::uint64_t ticket) = 0;
+    /// Shaping: `wake` is called (from any thread; it must only schedule) when the ticket
+    /// should call queue_try_start again.
+    virtual void queue_set_waker(const Charge& charge, std::uint64_t ticket, std::function<void()> wake) = 0;
 };
 
 /// Fills allowed / rejected / retry_after from verdicts already in `decision.statuses`.

@@ -20,6 +20,7 @@ struct ExchangeWatch {
     bool client_gone = false;
     bool finished = false;
     UpstreamConnection* active = nullptr;  // cancelled when the client goes away
+    std::function<void()> on_client_gone;  // e.g. stop waiting in a shaping queue
 };
 
 enum class ForwardOutcome {

@@ -21,6 +21,9 @@ public:
     limiter::Decision decide(std::span<const limiter::Charge> charges) override;
     void adjust(const limiter::Charge& charge, double delta) override;
     void release(const limiter::Charge& charge) override;
+    limiter::ShapeQueue::StartCheck queue_try_start(const limiter::Charge& charge, std::uint64_t ticket) override;
+    void queue_cancel(const limiter::Charge& charge, std::uint64_t ticket) override;
+    void queue_set_waker(const limiter::Charge& charge, std::uint64_t ticket, std::function<void()> wake) override;
 
     /// Drops buckets that are full again and hold no concurrency; returns how many.
     std::size_t evict_idle();
@@ -30,6 +33,7 @@ private:
     struct Bucket {
         limiter::RateBucket rate;
         limiter::ConcurrencyGauge gauge;
+        std::unique_ptr<limiter::ShapeQueue> queue;  // leaky_bucket mode: shape only
     };
     struct Shard {
         mutable std::mutex mutex;

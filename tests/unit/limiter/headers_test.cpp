@@ -77,7 +77,7 @@ TEST(RateLimitHeaders, RefusalCarriesRetryAfterAndNamesTheLimit) {
     EXPECT_EQ(h["Retry-After"], "1");
     EXPECT_EQ(h["X-RateLimit-Remaining"], "0");
     EXPECT_EQ(h.count("x-ratelimit-limit-tokens"), 0u) << "no unit: cost limit applies";
-    std::vector<Charge> charges = {{&f.requests, config::Level::tenant, "tenant:requests:t", 1}};
+    std::vector<Charge> charges = {{&f.requests, config::Level::tenant, "tenant:requests:t", 1, {}}};
     auto why = describe_rejection(d, charges);
     EXPECT_EQ(why.type, "requests");
     EXPECT_EQ(why.code, "rate_limit_exceeded");
@@ -92,7 +92,7 @@ TEST(RateLimitHeaders, NeverPassingRequestHasNoRetryAfter) {
     EXPECT_TRUE(d.never());
     auto h = as_map(rate_limit_headers(d, 0));
     EXPECT_EQ(h.count("Retry-After"), 0u);
-    std::vector<Charge> charges = {{&f.tokens, config::Level::tenant, "tenant:tokens:t", 300}};
+    std::vector<Charge> charges = {{&f.tokens, config::Level::tenant, "tenant:tokens:t", 300, {}}};
     auto why = describe_rejection(d, charges);
     EXPECT_EQ(why.type, "tokens");
     EXPECT_EQ(why.code, "request_too_large_for_limit");

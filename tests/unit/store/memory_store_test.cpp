@@ -24,7 +24,7 @@ LimitSpec spec(std::string name, double capacity, double rate, Algorithm algo = 
 }
 
 Charge charge(const LimitSpec& s, Level level, std::string subject, double amount = 1) {
-    return Charge{&s, level, std::string(config::to_string(level)) + ":" + s.name + ":" + subject, amount};
+    return Charge{&s, level, std::string(config::to_string(level)) + ":" + s.name + ":" + subject, amount, {}};
 }
 
 TEST(MemoryStore, AllOrNothing) {
