@@ -151,7 +151,10 @@ std::string RawClient::read_some(std::chrono::milliseconds timeout, const std::s
         if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
         char buf[16384];
         ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-        if (n <= 0) break;
+        if (n <= 0) {
+            peer_closed_ = true;
+            break;
+        }
         out.append(buf, static_cast<std::size_t>(n));
         if (!until.empty() && out.find(until) != std::string::npos) break;
     }
@@ -236,7 +239,7 @@ Response send_request(unsigned short port, const Request& request, std::chrono::
         auto chunk = client.read_some(200ms);
         got += chunk;
         if (parse_response(got, response)) return response;
-        if (chunk.empty() && client.wait_closed(1ms)) break;
+        if (client.peer_closed()) break;
     }
     if (!parse_response(got, response)) {
         Response partial;

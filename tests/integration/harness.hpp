@@ -63,12 +63,15 @@ public:
     bool send_all(const std::string& bytes);
     /// Reads what arrives within `timeout` (returns early once `until` is seen, if given).
     std::string read_some(std::chrono::milliseconds timeout, const std::string& until = "");
-    /// True once the peer has closed (read returns 0) within `timeout`.
+    /// True once the peer has closed (read returns 0) within `timeout`; discards data meanwhile.
     bool wait_closed(std::chrono::milliseconds timeout);
     void close();
+    /// True once a read found the peer closed.
+    bool peer_closed() const { return peer_closed_; }
 
 private:
     int fd_ = -1;
+    bool peer_closed_ = false;
 };
 
 std::string chat_body(const std::string& model, const std::string& content, int max_tokens, bool stream,
