@@ -69,6 +69,24 @@ std::uint64_t estimate_tokens(std::string_view text) {
     return cjk + (other_bytes + 3) / 4;
 }
 
+std::string with_stream_usage(std::string_view body, bool has_stream_options) {
+    if (!has_stream_options) {
+        // Insert after the opening brace: cheap, and the client's bytes stay as they were.
+        auto brace = body.find('{');
+        auto rest = body.substr(brace + 1);
+        auto first = rest.find_first_not_of(" \t\r\n");
+        bool empty_object = first == std::string_view::npos || rest[first] == '}';
+        std::string out(body.substr(0, brace + 1));
+        out.append(R"("stream_options":{"include_usage":true})");
+        if (!empty_object) out.push_back(',');
+        out.append(rest);
+        return out;
+    }
+    json doc = json::parse(body, nullptr, false);
+    doc["stream_options"]["include_usage"] = true;
+    return doc.dump();
+}
+
 double cost_factor(const std::vector<config::ModelCost>& models, std::string_view model) {
     const config::ModelCost* fallback = nullptr;
     for (const auto& m : models) {
@@ -114,6 +132,7 @@ ParsedBody parse_request_body(std::string_view body, const config::CostConfig& c
     }
     if (auto it = doc.find("stream_options"); it != doc.end() && !it->is_null()) {
         if (!it->is_object()) return invalid("'stream_options' must be an object");
+        s.has_stream_options = true;
         auto usage = it->find("include_usage");
         s.client_wants_usage = usage != it->end() && usage->is_boolean() && usage->get<bool>();
     }

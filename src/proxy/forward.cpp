@@ -138,14 +138,17 @@ net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& heal
                 break;
             }
             std::size_t got = chunk.size() - response.body().size;
-            // Only framing was parsed (a chunk header): an empty buffer with more=true would make
-            // the chunked serializer emit its terminating chunk, so read on instead.
-            if (got == 0 && !parser->is_done()) continue;
-            response.body().data = chunk.data();
-            response.body().size = got;
-            response.body().more = !parser->is_done();
-            result.body_bytes += got;
-            if (got && hooks.on_chunk) hooks.on_chunk(chunk.data(), got);
+            bool last = parser->is_done();
+            std::string_view out(chunk.data(), got);
+            if (hooks.on_chunk) out = hooks.on_chunk(out, last);
+            // Nothing to send yet (only chunk framing was parsed, or the hook holds a partial
+            // event): an empty buffer with more=true would make the chunked serializer emit its
+            // terminating chunk, so read on instead.
+            if (out.empty() && !last) continue;
+            response.body().data = const_cast<char*>(out.data());
+            response.body().size = out.size();
+            response.body().more = !last;
+            result.body_bytes += out.size();
         } else {
             response.body().data = nullptr;
             response.body().size = 0;

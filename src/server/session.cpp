@@ -15,6 +15,7 @@
 #include "tokengate/classify/classify.hpp"
 #include "tokengate/core/sha256.hpp"
 #include "tokengate/cost/cost.hpp"
+#include "tokengate/cost/usage.hpp"
 #include "tokengate/limiter/headers.hpp"
 #include "tokengate/proxy/forward.hpp"
 #include "tokengate/server/responses.hpp"
@@ -431,16 +432,32 @@ private:
                forwarded.empty() ? peer_ : std::string(forwarded) + ", " + peer_);
         up.set("X-Forwarded-Proto", "http");
         up.set("X-Request-Id", rec.request_id);
-        up.body() = std::move(req.body());
+        // A stream's usage arrives only if asked for: ask on the client's behalf, and hide the
+        // answer from a client that did not ask.
+        bool usage_injected = summary.stream && !summary.client_wants_usage;
+        if (usage_injected) up.body() = cost::with_stream_usage(req.body(), summary.has_stream_options);
+        else up.body() = std::move(req.body());
         up.keep_alive(true);
         up.prepare_payload();
 
         auto& pool = worker_.pool_for(upstream, worker_.worker_count);
 
+        std::optional<cost::SseUsageFilter> sse;
+        std::optional<cost::JsonUsageReader> json_usage;
         proxy::ForwardHooks hooks;
         hooks.decorate = [&](http::response_header<>& h) {
             for (const auto& f : headers) h.set(f.name, f.value);
             h.set("X-Request-Id", rec.request_id);
+            auto type = std::string_view(h[http::field::content_type]);
+            if (type.rfind("text/event-stream", 0) == 0)
+                sse.emplace(usage_injected && h[http::field::content_length].empty());
+            else if (type.find("json") != std::string_view::npos)
+                json_usage.emplace();
+        };
+        hooks.on_chunk = [&](std::string_view data, bool last) -> std::string_view {
+            if (sse) return sse->feed(data, last);
+            if (json_usage) json_usage->feed(data);
+            return data;
         };
         auto result = co_await proxy::forward(pool, *rt->health[upstream_index], up,
                                               {stream_, keep_alive, version, req.method() == http::verb::head},
@@ -448,10 +465,32 @@ private:
         co_await stop_watching();
         if (result.first_byte_at) rec.first_byte = result.first_byte_at;
 
+        // The actual cost: the upstream's usage, else what was streamed, else the reservation.
+        auto settle_actual = [&](bool completed) {
+            cost::Usage usage;
+            if (sse) usage = sse->usage();
+            else if (json_usage && completed) usage = json_usage->finish();
+            double factor = cost::cost_factor(cfg.models, summary.model);
+            double actual = reserved;
+            if (usage.known) {
+                rec.prompt_tokens = usage.prompt_tokens;
+                rec.completion_tokens = usage.completion_tokens;
+                actual = cost::request_cost(cfg.cost, factor, usage.prompt_tokens, usage.completion_tokens, summary.stream);
+            } else if (sse || !completed) {
+                // No usage (an older TGI, or a stream cut short): charge the input and what was sent.
+                rec.prompt_tokens = summary.input_tokens;
+                rec.completion_tokens = sse ? sse->streamed_tokens() : 0;
+                actual = cost::request_cost(cfg.cost, factor, rec.prompt_tokens, rec.completion_tokens, summary.stream);
+            } else if (result.status < 200 || result.status >= 300) {
+                actual = 0;  // an error without usage generated nothing
+            }
+            settlement.settle(actual);
+            rec.cost_settled = actual;
+        };
+
         switch (result.outcome) {
             case proxy::ForwardOutcome::completed:
-                settlement.settle(reserved);
-                rec.cost_settled = reserved;
+                settle_actual(true);
                 rec.status = result.status;
                 log_access(rec);
                 co_return keep_alive;
@@ -467,8 +506,7 @@ private:
             }
             case proxy::ForwardOutcome::upstream_broken:
             case proxy::ForwardOutcome::client_gone:
-                settlement.settle(reserved);
-                rec.cost_settled = reserved;
+                settle_actual(false);
                 rec.status = result.outcome == proxy::ForwardOutcome::client_gone ? 499 : result.status;
                 log_access(rec);
                 co_return false;

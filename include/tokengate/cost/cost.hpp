@@ -14,6 +14,7 @@ struct RequestSummary {
     std::string model;
     bool stream = false;
     bool client_wants_usage = false;  // stream_options.include_usage was set by the client
+    bool has_stream_options = false;
     std::uint64_t input_tokens = 0;   // estimated
     std::uint64_t max_output_tokens = 0;
 };
@@ -28,6 +29,9 @@ struct ParsedBody {
 
 /// Validates and summarises a JSON request body. An empty body is a valid empty request.
 ParsedBody parse_request_body(std::string_view body, const config::CostConfig& cost);
+
+/// The body with `stream_options.include_usage: true` added, so a stream ends with its usage.
+std::string with_stream_usage(std::string_view body, bool has_stream_options);
 
 /// Heuristic token count: about one token per CJK character, about four bytes per token else.
 std::uint64_t estimate_tokens(std::string_view text);

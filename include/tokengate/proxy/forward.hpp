@@ -42,8 +42,10 @@ struct ForwardResult {
 struct ForwardHooks {
     /// Adds the gateway's headers to the response head just before it goes to the client.
     std::function<void(http::response_header<>&)> decorate;
-    /// Sees every body chunk as it passes (for settlement); must not keep the pointer.
-    std::function<void(const char*, std::size_t)> on_chunk;
+    /// Sees every body chunk and returns the bytes to send on: the same, or fewer (it may hold
+    /// back a partial event or drop one). The view must stay valid until the next call. `last`
+    /// comes with the final piece. Only a response without Content-Length may change size.
+    std::function<std::string_view(std::string_view data, bool last)> on_chunk;
 };
 
 struct ClientSide {

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "tokengate/cost/cost.hpp"
 
 namespace tokengate::cost {
@@ -62,6 +64,21 @@ TEST(ParseRequestBody, Errors) {
     EXPECT_EQ(parse_request_body(R"({"messages":"hi"})", c).error, BodyError::invalid_body);
     EXPECT_EQ(parse_request_body(R"({"model":5})", c).error, BodyError::invalid_body);
     EXPECT_EQ(parse_request_body(R"({"stream":"yes"})", c).error, BodyError::invalid_body);
+}
+
+}  // namespace
+}  // namespace tokengate::cost
+
+namespace tokengate::cost {
+namespace {
+
+TEST(WithStreamUsage, InsertsOrSetsIncludeUsage) {
+    auto added = with_stream_usage(R"({"model":"m","stream":true})", false);
+    EXPECT_EQ(added, R"({"stream_options":{"include_usage":true},"model":"m","stream":true})");
+    EXPECT_EQ(with_stream_usage("{}", false), R"({"stream_options":{"include_usage":true}})");
+    auto set = nlohmann::json::parse(with_stream_usage(R"({"stream_options":{"include_usage":false},"x":1})", true));
+    EXPECT_EQ(set["stream_options"]["include_usage"], true);
+    EXPECT_EQ(set["x"], 1);
 }
 
 }  // namespace

@@ -1,0 +1,57 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace tokengate::cost {
+
+/// Token counts an upstream reported in `usage`.
+struct Usage {
+    bool known = false;
+    std::uint64_t prompt_tokens = 0;
+    std::uint64_t completion_tokens = 0;
+};
+
+/// Reads `usage` from a JSON response body fed in pieces (kept up to `max_bytes`).
+class JsonUsageReader {
+public:
+    explicit JsonUsageReader(std::size_t max_bytes = 8u << 20) : max_bytes_(max_bytes) {}
+    void feed(std::string_view data);
+    Usage finish() const;
+
+private:
+    std::size_t max_bytes_;
+    std::string body_;
+    bool overflowed_ = false;
+};
+
+/// Passes an SSE stream through event by event: reads the usage chunk, estimates the tokens
+/// of streamed text (for upstreams that send no usage, and for streams cut short), and, when
+/// the gateway asked for usage on the client's behalf, hides the usage-only chunk and the
+/// `"usage":null` fields the client did not ask for.
+class SseUsageFilter {
+public:
+    explicit SseUsageFilter(bool hide_usage, std::size_t max_event_bytes = 1u << 20)
+        : hide_usage_(hide_usage), max_event_bytes_(max_event_bytes) {}
+
+    /// Returns the bytes to forward now (valid until the next call). `last` flushes the tail.
+    std::string_view feed(std::string_view data, bool last);
+
+    Usage usage() const { return usage_; }
+    std::uint64_t streamed_tokens() const { return streamed_tokens_; }
+    bool saw_output() const { return streamed_tokens_ > 0 || usage_.completion_tokens > 0; }
+
+private:
+    /// Inspects one complete event; returns false if it must be hidden.
+    bool inspect(std::string& event);
+
+    bool hide_usage_;
+    std::size_t max_event_bytes_;
+    std::string pending_;
+    std::string out_;
+    Usage usage_;
+    std::uint64_t streamed_tokens_ = 0;
+};
+
+}  // namespace tokengate::cost

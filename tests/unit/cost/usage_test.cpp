@@ -1,0 +1,81 @@
+#include <gtest/gtest.h>
+
+#include "tokengate/cost/cost.hpp"
+#include "tokengate/cost/usage.hpp"
+
+namespace tokengate::cost {
+namespace {
+
+const std::string k_role = R"(data: {"choices":[{"delta":{"role":"assistant","content":""},"index":0}],"usage":null})" "\n\n";
+const std::string k_token = R"(data: {"choices":[{"delta":{"content":"Hello world"},"index":0}],"usage":null})" "\n\n";
+const std::string k_usage = R"(data: {"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":34,"total_tokens":46}})" "\n\n";
+const std::string k_done = "data: [DONE]\n\n";
+
+std::string feed_in_pieces(SseUsageFilter& f, const std::string& stream, std::size_t piece) {
+    std::string out;
+    for (std::size_t i = 0; i < stream.size(); i += piece) {
+        bool last = i + piece >= stream.size();
+        out += f.feed(std::string_view(stream).substr(i, piece), last);
+    }
+    return out;
+}
+
+TEST(SseUsageFilter, HidesTheInjectedUsageChunkAcrossAnySplit) {
+    auto stream = k_role + k_token + k_usage + k_done;
+    for (std::size_t piece : {1, 7, 64, 4096}) {
+        SseUsageFilter f(/*hide_usage=*/true);
+        auto out = feed_in_pieces(f, stream, piece);
+        SCOPED_TRACE(piece);
+        EXPECT_EQ(out.find("\"usage\""), std::string::npos) << out;
+        EXPECT_NE(out.find("Hello world"), std::string::npos);
+        EXPECT_NE(out.find("[DONE]"), std::string::npos);
+        ASSERT_TRUE(f.usage().known);
+        EXPECT_EQ(f.usage().prompt_tokens, 12u);
+        EXPECT_EQ(f.usage().completion_tokens, 34u);
+    }
+}
+
+TEST(SseUsageFilter, KeepsUsageForAClientThatAsked) {
+    auto stream = k_role + k_token + k_usage + k_done;
+    SseUsageFilter f(/*hide_usage=*/false);
+    EXPECT_EQ(feed_in_pieces(f, stream, 5), stream) << "byte for byte";
+    EXPECT_TRUE(f.usage().known);
+}
+
+TEST(SseUsageFilter, CountsStreamedTextWithoutUsage) {
+    SseUsageFilter f(false);
+    feed_in_pieces(f, k_role + k_token + k_token + k_done, 3);
+    EXPECT_FALSE(f.usage().known);
+    EXPECT_EQ(f.streamed_tokens(), 2 * estimate_tokens("Hello world"));
+    SseUsageFilter completions(false);
+    completions.feed("data: {\"choices\":[{\"text\":\"abcdefgh\",\"index\":0}]}\r\n\r\n", true);
+    EXPECT_EQ(completions.streamed_tokens(), 2u);
+}
+
+TEST(SseUsageFilter, PassesOversizedOrMalformedEventsOn) {
+    SseUsageFilter f(true, /*max_event_bytes=*/16);
+    auto out = std::string(f.feed("data: {not json, and no end in sight", false));
+    EXPECT_EQ(out, "data: {not json, and no end in sight");
+    SseUsageFilter g(true);
+    EXPECT_EQ(g.feed("data: {broken}\n\n", true), "data: {broken}\n\n");
+}
+
+TEST(JsonUsageReader, ReadsUsageFromPieces) {
+    JsonUsageReader r;
+    std::string body = R"({"id":"x","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":7}})";
+    r.feed(body.substr(0, 10));
+    r.feed(body.substr(10));
+    auto u = r.finish();
+    ASSERT_TRUE(u.known);
+    EXPECT_EQ(u.prompt_tokens, 5u);
+    EXPECT_EQ(u.completion_tokens, 7u);
+    JsonUsageReader small(8);
+    small.feed(body);
+    EXPECT_FALSE(small.finish().known) << "over its cap it gives up rather than grow";
+    JsonUsageReader none;
+    none.feed(R"({"error":{}})");
+    EXPECT_FALSE(none.finish().known);
+}
+
+}  // namespace
+}  // namespace tokengate::cost
