@@ -61,7 +61,7 @@ core::SteadyClock g_clock;
 
 void BM_HotKeyTwoThreads(benchmark::State& state) {
     if (state.thread_index() == 0) g_shared_store = new store::MemoryStore(g_clock);
-    std::vector<limiter::Charge> charges = {{&k_tenant, Level::tenant, "tenant:tokens:hot", 1}};
+    std::vector<limiter::Charge> charges = {{&k_tenant, Level::tenant, "tenant:tokens:hot", 1, {}}};
     for (auto _ : state) benchmark::DoNotOptimize(g_shared_store->decide(charges));
     if (state.thread_index() == 0) {
         delete g_shared_store;

@@ -8,7 +8,19 @@ using config::Algorithm;
 using limiter::Charge;
 using limiter::Decision;
 
-MemoryStore::MemoryStore(const core::Clock& clock) : clock_(clock) {}
+MemoryStore::MemoryStore(const core::Clock& clock, std::size_t max_buckets)
+    : clock_(clock), max_per_shard_(std::max<std::size_t>(1, max_buckets / k_shards)) {}
+
+bool MemoryStore::evictable(const Bucket& b, core::Nanos now, bool only_idle) {
+    bool holds_something = b.gauge.in_flight() > 0 || (b.queue && b.queue->waiting() > 0);
+    return !holds_something && (!only_idle || (b.rate.is_full(now) && (!b.queue || b.queue->idle(now))));
+}
+
+void MemoryStore::make_room(Shard& shard, core::Nanos now) {
+    std::erase_if(shard.buckets, [&](const auto& kv) { return evictable(kv.second, now, true); });
+    for (auto it = shard.buckets.begin(); shard.buckets.size() >= max_per_shard_ && it != shard.buckets.end();)
+        it = evictable(it->second, now, false) ? shard.buckets.erase(it) : std::next(it);
+}
 
 std::size_t MemoryStore::shard_of(const std::string& key) const {
     return std::hash<std::string>{}(key) % k_shards;
@@ -17,6 +29,7 @@ std::size_t MemoryStore::shard_of(const std::string& key) const {
 MemoryStore::Bucket& MemoryStore::find_or_create(Shard& shard, const Charge& charge, core::Nanos now) {
     auto it = shard.buckets.find(charge.key);
     if (it == shard.buckets.end()) {
+        if (shard.buckets.size() >= max_per_shard_) make_room(shard, now);
         Bucket b;
         if (charge.spec->algorithm == Algorithm::concurrency) b.gauge = limiter::ConcurrencyGauge(charge.spec->capacity);
         else if (limiter::is_shaping(*charge.spec)) b.queue = std::make_unique<limiter::ShapeQueue>(*charge.spec);
@@ -109,10 +122,7 @@ std::size_t MemoryStore::evict_idle() {
     auto now = clock_.now();
     for (auto& shard : shards_) {
         std::lock_guard lock(shard.mutex);
-        evicted += std::erase_if(shard.buckets, [&](const auto& kv) {
-            const auto& b = kv.second;
-            return b.gauge.in_flight() <= 0 && b.rate.is_full(now) && (!b.queue || b.queue->idle(now));
-        });
+        evicted += std::erase_if(shard.buckets, [&](const auto& kv) { return evictable(kv.second, now, true); });
     }
     return evicted;
 }

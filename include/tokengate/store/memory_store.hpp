@@ -16,7 +16,10 @@ namespace tokengate::store {
 /// deadlock-free across all of them.
 class MemoryStore final : public limiter::BucketStore {
 public:
-    explicit MemoryStore(const core::Clock& clock);
+    /// At most `max_buckets` buckets are kept: keys an attacker can mint (client IPs) cannot
+    /// grow memory without bound. A full table first drops buckets that are full again, then
+    /// any bucket holding no concurrency slot or queue (its key starts afresh if seen again).
+    explicit MemoryStore(const core::Clock& clock, std::size_t max_buckets = std::size_t{1} << 22);
 
     limiter::Decision decide(std::span<const limiter::Charge> charges) override;
     void adjust(const limiter::Charge& charge, double delta) override;
@@ -44,7 +47,11 @@ private:
     std::size_t shard_of(const std::string& key) const;
     Bucket& find_or_create(Shard& shard, const limiter::Charge& charge, core::Nanos now);
 
+    static bool evictable(const Bucket& b, core::Nanos now, bool only_idle);
+    void make_room(Shard& shard, core::Nanos now);
+
     const core::Clock& clock_;
+    std::size_t max_per_shard_;
     std::array<Shard, k_shards> shards_;
 };
 

@@ -132,3 +132,29 @@ TEST(MemoryStore, ConcurrentDecisionsNeverOverAdmit) {
 
 }  // namespace
 }  // namespace tokengate::store
+
+namespace tokengate::store {
+namespace {
+
+TEST(MemoryStore, MintedKeysCannotGrowTheTableWithoutBound) {
+    core::ManualClock clock;
+    MemoryStore store(clock, /*max_buckets=*/640);
+    auto per_ip = spec("per-ip", 10, 0.001);
+    for (int i = 0; i < 10000; ++i) {
+        std::vector<Charge> c = {charge(per_ip, Level::ip, "10.0." + std::to_string(i / 256) + "." + std::to_string(i % 256))};
+        ASSERT_TRUE(store.decide(c).allowed);
+    }
+    EXPECT_LE(store.size(), 640u);
+    // A bucket holding a concurrency slot is never dropped to make room.
+    auto inflight = spec("inflight", 1, 0, Algorithm::concurrency);
+    std::vector<Charge> held = {charge(inflight, Level::tenant, "acme")};
+    ASSERT_TRUE(store.decide(held).allowed);
+    for (int i = 0; i < 10000; ++i) {
+        std::vector<Charge> c = {charge(per_ip, Level::ip, "192.168.0." + std::to_string(i))};
+        store.decide(c);
+    }
+    EXPECT_FALSE(store.decide(held).allowed) << "the slot is still taken";
+}
+
+}  // namespace
+}  // namespace tokengate::store
