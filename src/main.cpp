@@ -95,12 +95,13 @@ int serve(const std::string& path) {
     core::SteadyClock clock;
     std::unique_ptr<server::Gateway> gateway;
     try {
-        gateway = server::make_gateway(cfg, make_access_log(cfg->log), clock);
+        gateway = server::make_gateway(cfg, path, make_access_log(cfg->log), clock);
     } catch (const std::exception& e) {
         spdlog::critical("cannot start: {}", e.what());
         return 1;
     }
     spdlog::info("tokengate listening on {}:{}", cfg->server.host, gateway->port());
+    if (gateway->admin_port()) spdlog::info("admin listening on {}:{}", cfg->admin.host, gateway->admin_port());
 
     // Signals are taken on their own loop so that a busy worker never delays a drain.
     net::io_context signal_loop(1);
@@ -109,12 +110,8 @@ int serve(const std::string& path) {
     std::function<void(const boost::system::error_code&, int)> on_signal = [&](const boost::system::error_code& ec, int sig) {
         if (ec) return;
         if (sig == SIGHUP) {
-            if (auto fresh = load_or_report(path)) {
-                gateway->reload(fresh);
-                spdlog::info("configuration reloaded from {}", path);
-            } else {
-                spdlog::error("reload refused: {} is invalid; the previous configuration keeps serving", path);
-            }
+            std::string error;
+            gateway->reload_from_file(error);
         } else if (++terminations == 1) {
             spdlog::info("draining (signal {}); a second signal stops at once", sig);
             gateway->drain();
@@ -129,6 +126,7 @@ int serve(const std::string& path) {
     signal_loop.stop();
     signal_thread.join();
     spdlog::info("tokengate stopped");
+    spdlog::shutdown();  // flushes the access log
     return 0;
 }
 

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "services.hpp"
+#include "tokengate/config/loader.hpp"
 
 namespace tokengate::server {
 
@@ -28,11 +29,15 @@ void log_exception(std::exception_ptr e) {
     }
 }
 
+const std::vector<double> k_latency_buckets = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+
 class GatewayImpl final : public Gateway {
 public:
-    GatewayImpl(std::shared_ptr<const config::GatewayConfig> config, std::shared_ptr<spdlog::logger> log,
-                const core::Clock& clock)
+    GatewayImpl(std::shared_ptr<const config::GatewayConfig> config, std::string config_path,
+                std::shared_ptr<spdlog::logger> log, const core::Clock& clock)
         : services_(std::make_shared<const Runtime>(config), std::move(log), clock) {
+        services_.config_path = std::move(config_path);
+        services_.reload = [this](std::string& error) { return reload_from_file(error); };
         unsigned threads = config->server.threads ? config->server.threads
                                                   : std::max(1u, std::thread::hardware_concurrency());
         auto address = net::ip::make_address(config->server.host);
@@ -50,10 +55,20 @@ public:
             workers_.push_back(std::move(w));
         }
         port_ = endpoint.port();
+        if (config->admin.enabled) {
+            net::ip::tcp::endpoint admin{net::ip::make_address(config->admin.host), config->admin.port};
+            auto& acc = admin_acceptor_.emplace(workers_.front()->ioc);
+            acc.open(admin.protocol());
+            acc.set_option(net::socket_base::reuse_address(true));
+            acc.bind(admin);
+            acc.listen();
+            admin_port_ = acc.local_endpoint().port();
+        }
     }
 
     void run() override {
         for (auto& w : workers_) net::co_spawn(w->ioc, accept_loop(*w), log_exception);
+        if (admin_acceptor_) net::co_spawn(workers_.front()->ioc, admin_accept_loop(), log_exception);
         net::co_spawn(workers_.front()->ioc, evict_idle_buckets(*workers_.front()), net::detached);
         std::vector<std::thread> threads;
         for (std::size_t i = 1; i < workers_.size(); ++i)
@@ -82,10 +97,30 @@ public:
 
     void reload(std::shared_ptr<const config::GatewayConfig> config) override {
         auto previous = services_.runtime.get();
+        if (config->server.host != previous->config->server.host || config->server.port != previous->config->server.port)
+            spdlog::warn("reload: server.listen changed; it takes effect only at restart");
         services_.runtime.set(std::make_shared<const Runtime>(std::move(config), previous.get()));
     }
 
+    bool reload_from_file(std::string& error) override {
+        try {
+            auto fresh = config::load_config_file(services_.config_path);
+            reload(fresh);
+            services_.metrics.config_reloads.add({"success"});
+            spdlog::info("configuration reloaded from {}", services_.config_path);
+            return true;
+        } catch (const config::ConfigError& e) {
+            error = e.what();
+        } catch (const std::exception& e) {
+            error = services_.config_path + ": " + e.what();
+        }
+        services_.metrics.config_reloads.add({"failure"});
+        spdlog::error("reload refused, the previous configuration keeps serving: {}", error);
+        return false;
+    }
+
     unsigned short port() const override { return port_; }
+    unsigned short admin_port() const override { return admin_port_; }
 
 private:
     static void run_worker(Worker& w) {
@@ -119,6 +154,17 @@ private:
         }
     }
 
+    net::awaitable<void> admin_accept_loop() {
+        for (;;) {
+            auto [ec, socket] = co_await admin_acceptor_->async_accept(k_use);
+            if (ec) {
+                if (!admin_acceptor_->is_open()) co_return;
+                continue;
+            }
+            net::co_spawn(workers_.front()->ioc, serve_admin_connection(std::move(socket), services_), log_exception);
+        }
+    }
+
     net::awaitable<void> evict_idle_buckets(Worker& w) {
         net::steady_timer timer(w.ioc);
         while (!services_.draining.load()) {
@@ -138,16 +184,43 @@ private:
         }
         if (services_.open_connections.load() > 0)
             spdlog::warn("drain timeout: closing {} connections still open", services_.open_connections.load());
+        beast::error_code ignored;
+        if (admin_acceptor_) admin_acceptor_->close(ignored);
         stop();
     }
 
     Services services_;
     std::vector<std::unique_ptr<Worker>> workers_;
     unsigned short port_ = 0;
+    unsigned short admin_port_ = 0;
+    std::optional<net::ip::tcp::acceptor> admin_acceptor_;
     std::atomic<bool> stopping_{false};
 };
 
 }  // namespace
+
+GatewayMetrics::GatewayMetrics(metrics::Registry& r)
+    : requests(r.counter("tokengate_requests_total", "Requests answered, by tenant, route and status.",
+                         {"tenant", "route", "status"})),
+      rejections(r.counter("tokengate_rejections_total", "Requests refused with 429, by the limit that refused.",
+                           {"level", "limit", "tenant"})),
+      shadow_rejections(r.counter("tokengate_shadow_rejections_total",
+                                  "Requests a shadow (enforce: false) limit would have refused.",
+                                  {"level", "limit", "tenant"})),
+      cost_reserved(r.counter("tokengate_cost_reserved_total", "Cost units reserved at admission.", {"tenant"})),
+      cost_settled(r.counter("tokengate_cost_settled_total", "Cost units charged after settlement.", {"tenant"})),
+      tokens(r.counter("tokengate_tokens_total", "Prompt and completion tokens, from usage or estimated.",
+                       {"tenant", "model", "kind"})),
+      upstream_duration(r.histogram("tokengate_upstream_duration_seconds", "Upstream exchange duration.",
+                                    {"upstream"}, k_latency_buckets)),
+      upstream_ttfb(r.histogram("tokengate_upstream_ttfb_seconds", "Time to the upstream's response head.",
+                                {"upstream"}, k_latency_buckets)),
+      queue_depth(r.gauge("tokengate_queue_depth", "Requests waiting in a shaping queue.", {"limit"})),
+      inflight(r.gauge("tokengate_inflight", "Requests in flight to an upstream.", {"upstream"})),
+      remaining_ratio(r.gauge("tokengate_limit_remaining_ratio",
+                              "Remaining / capacity of a tenant limit after its latest decision.",
+                              {"tenant", "limit"})),
+      config_reloads(r.counter("tokengate_config_reloads_total", "Configuration reloads.", {"result"})) {}
 
 proxy::ConnectionPool& Worker::pool_for(const config::UpstreamConfig& upstream, std::size_t workers) {
     auto per_worker = (upstream.max_connections + workers - 1) / workers;
@@ -158,9 +231,9 @@ proxy::ConnectionPool& Worker::pool_for(const config::UpstreamConfig& upstream, 
     return *pool;
 }
 
-std::unique_ptr<Gateway> make_gateway(std::shared_ptr<const config::GatewayConfig> config,
+std::unique_ptr<Gateway> make_gateway(std::shared_ptr<const config::GatewayConfig> config, std::string config_path,
                                       std::shared_ptr<spdlog::logger> access_log, const core::Clock& clock) {
-    return std::make_unique<GatewayImpl>(std::move(config), std::move(access_log), clock);
+    return std::make_unique<GatewayImpl>(std::move(config), std::move(config_path), std::move(access_log), clock);
 }
 
 }  // namespace tokengate::server

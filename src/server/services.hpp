@@ -7,12 +7,14 @@
 #include <boost/beast/core/tcp_stream.hpp>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "tokengate/core/clock.hpp"
+#include "tokengate/metrics/registry.hpp"
 #include "tokengate/proxy/pool.hpp"
 #include "tokengate/server/runtime.hpp"
 #include "tokengate/store/memory_store.hpp"
@@ -26,18 +28,40 @@ namespace tokengate::server {
 namespace net = boost::asio;
 namespace beast = boost::beast;
 
+/// The metric families of SPEC §10, in one place.
+struct GatewayMetrics {
+    explicit GatewayMetrics(metrics::Registry& r);
+    metrics::Family& requests;
+    metrics::Family& rejections;
+    metrics::Family& shadow_rejections;
+    metrics::Family& cost_reserved;
+    metrics::Family& cost_settled;
+    metrics::Family& tokens;
+    metrics::Family& upstream_duration;
+    metrics::Family& upstream_ttfb;
+    metrics::Family& queue_depth;
+    metrics::Family& inflight;
+    metrics::Family& remaining_ratio;
+    metrics::Family& config_reloads;
+};
+
 /// Shared by every worker thread.
 struct Services {
     Services(std::shared_ptr<const Runtime> runtime, std::shared_ptr<spdlog::logger> log,
              const core::Clock& c)
-        : runtime(std::move(runtime)), access_log(std::move(log)), clock(c), store(c) {}
+        : runtime(std::move(runtime)), access_log(std::move(log)), clock(c), store(c), metrics(registry) {}
 
     RuntimeHolder runtime;
+    std::string config_path;
+    /// Loads config_path and swaps it in; false (and `error`) if it is invalid.
+    std::function<bool(std::string& error)> reload;
     std::shared_ptr<spdlog::logger> access_log;
     const core::Clock& clock;
     store::MemoryStore store;
     std::atomic<bool> draining{false};
     std::atomic<std::uint64_t> open_connections{0};
+    metrics::Registry registry;
+    GatewayMetrics metrics;
 };
 
 /// One per worker thread; touched only from that thread's event loop.
@@ -56,5 +80,6 @@ struct Worker {
 };
 
 net::awaitable<void> serve_connection(net::ip::tcp::socket socket, Worker& worker);
+net::awaitable<void> serve_admin_connection(net::ip::tcp::socket socket, Services& services);
 
 }  // namespace tokengate::server

@@ -10,6 +10,7 @@
 
 #include <random>
 
+#include "admission.hpp"
 #include "services.hpp"
 #include "tokengate/auth/key_table.hpp"
 #include "tokengate/classify/classify.hpp"
@@ -110,7 +111,8 @@ struct RequestRecord {
     std::string model;
     std::string route;
     std::string upstream;
-    std::string rejected_by;
+    std::string rejected_level;
+    std::string rejected_limit;
     unsigned status = 0;
     double cost_reserved = 0;
     double cost_settled = 0;
@@ -222,7 +224,17 @@ private:
         co_return !ec && keep_alive;
     }
 
-    void log_access(const RequestRecord& r) {
+    /// One access-log line and the request's metrics, once per request.
+    void record(const RequestRecord& r) {
+        auto& m = services_.metrics;
+        m.requests.add({r.tenant, r.route, std::to_string(r.status)});
+        if (!r.rejected_limit.empty()) m.rejections.add({r.rejected_level, r.rejected_limit, r.tenant});
+        if (r.cost_reserved > 0) {
+            m.cost_reserved.add({r.tenant}, r.cost_reserved);
+            m.cost_settled.add({r.tenant}, r.cost_settled);
+        }
+        if (r.prompt_tokens) m.tokens.add({r.tenant, r.model, "prompt"}, static_cast<double>(r.prompt_tokens));
+        if (r.completion_tokens) m.tokens.add({r.tenant, r.model, "completion"}, static_cast<double>(r.completion_tokens));
         if (!services_.access_log) return;
         auto now = services_.clock.now();
         nlohmann::json line = {
@@ -237,7 +249,7 @@ private:
             {"route", r.route},
             {"upstream", r.upstream},
             {"status", r.status},
-            {"rejected_by", r.rejected_by},
+            {"rejected_by", r.rejected_limit.empty() ? "" : r.rejected_level + ":" + r.rejected_limit},
             {"cost_reserved", r.cost_reserved},
             {"cost_settled", r.cost_settled},
             {"prompt_tokens", r.prompt_tokens},
@@ -328,7 +340,7 @@ private:
             res.set("X-Request-Id", rec.request_id);
             for (const auto& h : extra) res.set(h.name, h.value);
             rec.status = static_cast<unsigned>(status);
-            log_access(rec);
+            record(rec);
             co_return co_await respond(res, keep_alive, cfg.server.idle_timeout);
         };
 
@@ -338,41 +350,46 @@ private:
                                             "The gateway is shutting down; retry on another instance.");
         }
         auto key = auth::extract_key(req[http::field::authorization], req["x-api-key"]);
-        auto principal = rt->keys.authenticate(key);
-        if (!principal)
-            co_return co_await finish_error(
-                http::status::unauthorized, "invalid_request_error", "invalid_api_key",
-                key.empty() ? "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'."
-                            : "Incorrect API key provided.");
-        const auto& tenant = cfg.tenants[principal->tenant];
-        rec.tenant = tenant.id;
-        rec.key_id = principal->key_id;
-
-        auto parsed = cost::parse_request_body(req.body(), cfg.cost);
-        if (parsed.error != cost::BodyError::none)
-            co_return co_await finish_error(http::status::bad_request, "invalid_request_error",
-                                            parsed.error == cost::BodyError::invalid_json ? "invalid_json"
-                                                                                          : "invalid_body",
-                                            parsed.message);
-        const auto& summary = parsed.summary;
+        auto admission = admit_request(*rt, key, rec.path, rec.client_ip, req.body());
+        if (admission.principal) {
+            rec.tenant = cfg.tenants[admission.principal->tenant].id;
+            rec.key_id = admission.principal->key_id;
+        }
+        switch (admission.error) {
+            case Admission::Error::none: break;
+            case Admission::Error::unauthorized:
+                co_return co_await finish_error(http::status::unauthorized, "invalid_request_error", "invalid_api_key",
+                                                admission.message);
+            case Admission::Error::invalid_json:
+            case Admission::Error::invalid_body:
+                co_return co_await finish_error(
+                    http::status::bad_request, "invalid_request_error",
+                    admission.error == Admission::Error::invalid_json ? "invalid_json" : "invalid_body", admission.message);
+            case Admission::Error::no_route:
+                co_return co_await finish_error(http::status::not_found, "invalid_request_error", "not_found",
+                                                admission.message);
+        }
+        const auto& tenant = cfg.tenants[admission.principal->tenant];
+        const auto& summary = admission.summary;
         rec.model = summary.model;
-        auto route_index = classify::match_route(cfg, rec.path, summary.model);
-        if (!route_index)
-            co_return co_await finish_error(http::status::not_found, "invalid_request_error", "not_found",
-                                            "No route for " + rec.path + ".");
-        const auto& route = cfg.routes[*route_index];
+        const auto& route = cfg.routes[admission.route];
         rec.route = route.path;
-
-        double reserved = cost::request_cost(cfg.cost, cost::cost_factor(cfg.models, summary.model),
-                                             summary.input_tokens, summary.max_output_tokens, summary.stream);
-        auto charges = classify::applicable_limits(
-            cfg, {principal->tenant, rec.client_ip, *route_index, summary.model, reserved, {}});
+        double reserved = admission.reserved;
+        const auto& charges = admission.charges;
         auto decision = services_.store.decide(charges);
         auto headers = limiter::rate_limit_headers(decision, clock.unix_now());
+        for (const auto& s : decision.statuses) {
+            if (!s.spec->enforce && !s.verdict.admitted)
+                services_.metrics.shadow_rejections.add({config::to_string(s.level), s.spec->name, tenant.id});
+            if (s.level == config::Level::tenant && s.spec->capacity > 0)
+                services_.metrics.remaining_ratio.set({tenant.id, s.spec->name},
+                                                      std::max(0.0, s.verdict.remaining) / s.spec->capacity);
+        }
         if (!decision.allowed) {
             auto why = limiter::describe_rejection(decision, charges);
             const auto& s = decision.statuses[decision.rejected];
-            rec.rejected_by = std::string(config::to_string(s.level)) + ":" + s.spec->name;
+            rec.rejected_level = config::to_string(s.level);
+            rec.rejected_limit = s.spec->name;
             co_return co_await finish_error(http::status::too_many_requests, why.type, why.code, why.message,
                                             headers);
         }
@@ -397,7 +414,7 @@ private:
             settlement.settle(0);  // never forwarded: refund every cost unit
             co_await stop_watching();
             rec.status = 499;
-            log_access(rec);
+            record(rec);
             co_return false;
         }
 
@@ -459,11 +476,19 @@ private:
             if (json_usage) json_usage->feed(data);
             return data;
         };
+        auto forward_started = clock.now();
+        services_.metrics.inflight.add({upstream.name}, 1);
         auto result = co_await proxy::forward(pool, *rt->health[upstream_index], up,
                                               {stream_, keep_alive, version, req.method() == http::verb::head},
                                               watch, hooks, clock);
+        services_.metrics.inflight.add({upstream.name}, -1);
         co_await stop_watching();
-        if (result.first_byte_at) rec.first_byte = result.first_byte_at;
+        services_.metrics.upstream_duration.observe({upstream.name}, static_cast<double>(clock.now() - forward_started) / 1e9);
+        if (result.first_byte_at) {
+            rec.first_byte = result.first_byte_at;
+            services_.metrics.upstream_ttfb.observe({upstream.name},
+                                                    static_cast<double>(result.first_byte_at - forward_started) / 1e9);
+        }
 
         // The actual cost: the upstream's usage, else what was streamed, else the reservation.
         auto settle_actual = [&](bool completed) {
@@ -492,7 +517,7 @@ private:
             case proxy::ForwardOutcome::completed:
                 settle_actual(true);
                 rec.status = result.status;
-                log_access(rec);
+                record(rec);
                 co_return keep_alive;
             case proxy::ForwardOutcome::upstream_unavailable:
             case proxy::ForwardOutcome::upstream_timeout: {
@@ -508,7 +533,7 @@ private:
             case proxy::ForwardOutcome::client_gone:
                 settle_actual(false);
                 rec.status = result.outcome == proxy::ForwardOutcome::client_gone ? 499 : result.status;
-                log_access(rec);
+                record(rec);
                 co_return false;
         }
         co_return false;

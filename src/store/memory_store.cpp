@@ -80,6 +80,46 @@ Decision MemoryStore::decide(std::span<const Charge> charges) {
     return decision;
 }
 
+Decision MemoryStore::peek(std::span<const Charge> charges) {
+    auto now = clock_.now();
+    Decision decision;
+    decision.statuses.resize(charges.size());
+    for (std::size_t i = 0; i < charges.size(); ++i) {
+        const auto& c = charges[i];
+        auto& status = decision.statuses[i];
+        status.spec = c.spec;
+        status.level = c.level;
+        auto& shard = shards_[shard_of(c.key)];
+        std::lock_guard lock(shard.mutex);
+        auto it = shard.buckets.find(c.key);
+        const Bucket* existing = it == shard.buckets.end() ? nullptr : &it->second;
+        if (c.spec->algorithm == Algorithm::concurrency) {
+            limiter::ConcurrencyGauge fresh(c.spec->capacity);
+            status.verdict = (existing ? existing->gauge : fresh).check(c.amount);
+        } else if (limiter::is_shaping(*c.spec)) {
+            limiter::ShapeQueue fresh(*c.spec);
+            status.verdict = (existing && existing->queue ? *existing->queue : fresh).check(c.tenant, c.amount, now).verdict;
+        } else {
+            limiter::RateBucket bucket = existing ? existing->rate : limiter::RateBucket(*c.spec, now);
+            bucket.reconfigure(*c.spec, now);
+            status.verdict = bucket.check(c.amount, now);
+        }
+    }
+    limiter::resolve(decision);
+    for (auto& s : decision.statuses) s.charged = false;
+    return decision;
+}
+
+std::vector<std::pair<std::string, std::size_t>> MemoryStore::queue_depths() const {
+    std::vector<std::pair<std::string, std::size_t>> out;
+    for (const auto& shard : shards_) {
+        std::lock_guard lock(shard.mutex);
+        for (const auto& [key, bucket] : shard.buckets)
+            if (bucket.queue) out.emplace_back(key, bucket.queue->waiting());
+    }
+    return out;
+}
+
 void MemoryStore::adjust(const Charge& charge, double delta) {
     auto& shard = shards_[shard_of(charge.key)];
     std::lock_guard lock(shard.mutex);

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -264,22 +265,38 @@ static void replace_all(std::string& s, const std::string& from, const std::stri
 
 GatewayUnderTest::GatewayUnderTest(const std::string& config_body, const std::string& server_extra,
                                    double mock_tokens_per_s, const std::string& upstream_extra)
-    : dir_(temp_dir()), port_(free_port()), mock_port_(free_port()) {
+    : dir_(temp_dir()), port_(free_port()), mock_port_(free_port()), admin_port_(free_port()) {
+    ::setenv("TOKENGATE_TEST_ADMIN_TOKEN", admin_token, 1);
     mock_.emplace(std::vector<std::string>{TOKENGATE_BINARY, "mock-upstream", "--port", std::to_string(mock_port_),
                                            "--tokens-per-s", std::to_string(mock_tokens_per_s)},
                   dir_ + "/mock.log");
     std::string dead = "http://127.0.0.1:" + std::to_string(free_port());
-    std::string cfg = "server:\n  listen: 127.0.0.1:" + std::to_string(port_) + "\n  threads: 2\n" + server_extra +
-                      "upstreams:\n"
-                      "  - name: mock\n    url: {UPSTREAM}\n" + upstream_extra +
-                      "  - name: dead\n    url: {DEAD}\n    timeouts: { connect: 1s }\n" + config_body;
-    replace_all(cfg, "{UPSTREAM}", "http://127.0.0.1:" + std::to_string(mock_port_));
-    replace_all(cfg, "{DEAD}", dead);
-    std::ofstream(dir_ + "/gateway.yaml") << cfg;
+    config_head_ = "server:\n  listen: 127.0.0.1:" + std::to_string(port_) + "\n  threads: 2\n" + server_extra +
+                   "admin:\n  listen: 127.0.0.1:" + std::to_string(admin_port_) +
+                   "\n  token_env: TOKENGATE_TEST_ADMIN_TOKEN\n"
+                   "upstreams:\n"
+                   "  - name: mock\n    url: {UPSTREAM}\n" + upstream_extra +
+                   "  - name: dead\n    url: {DEAD}\n    timeouts: { connect: 1s }\n";
+    replace_all(config_head_, "{UPSTREAM}", "http://127.0.0.1:" + std::to_string(mock_port_));
+    replace_all(config_head_, "{DEAD}", dead);
+    rewrite_config(config_body);
     if (!wait_for_port(mock_port_)) throw std::runtime_error("mock upstream did not start");
     gateway_.emplace(std::vector<std::string>{TOKENGATE_BINARY, "serve", "-c", dir_ + "/gateway.yaml"},
                      dir_ + "/gateway.log");
     if (!wait_for_port(port_)) throw std::runtime_error("gateway did not start: " + log());
+}
+
+void GatewayUnderTest::rewrite_config(const std::string& config_body) const {
+    std::string tmp = dir_ + "/gateway.yaml.tmp";
+    std::ofstream(tmp) << config_head_ << config_body;
+    std::rename(tmp.c_str(), (dir_ + "/gateway.yaml").c_str());
+}
+
+Response GatewayUnderTest::admin(Request r) const {
+    std::string bearer = "Bearer ";
+    bearer.append(admin_token);
+    r.headers.emplace_back("Authorization", std::move(bearer));
+    return send_request(admin_port_, r);
 }
 
 }  // namespace tokengate::testing

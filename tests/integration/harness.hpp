@@ -86,6 +86,12 @@ public:
                               double mock_tokens_per_s = 1000, const std::string& upstream_extra = "");
     unsigned short port() const { return port_; }
     unsigned short mock_port() const { return mock_port_; }
+    unsigned short admin_port() const { return admin_port_; }
+    /// The admin token the gateway was started with.
+    static constexpr const char* admin_token = "test-admin-token";
+    Response admin(Request r) const;
+    /// Rewrites the config file (same listeners) for reload tests.
+    void rewrite_config(const std::string& config_body) const;
     std::string log() const { return read_file(dir_ + "/gateway.log"); }
     Process& gateway() { return *gateway_; }
     const std::string& dir() const { return dir_; }
@@ -95,6 +101,8 @@ private:
     std::string dir_;
     unsigned short port_ = 0;
     unsigned short mock_port_ = 0;
+    unsigned short admin_port_ = 0;
+    std::string config_head_;
     std::optional<Process> mock_;
     std::optional<Process> gateway_;
 };

@@ -48,6 +48,8 @@ class BucketStore {
 public:
     virtual ~BucketStore() = default;
     virtual Decision decide(std::span<const Charge> charges) = 0;
+    /// What decide() would say, changing nothing and creating no bucket (admin, explain).
+    virtual Decision peek(std::span<const Charge> charges) = 0;
     /// Settlement of a rate bucket: charge `delta` more (negative refunds).
     virtual void adjust(const Charge& charge, double delta) = 0;
     /// A concurrency slot ends.

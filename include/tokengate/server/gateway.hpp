@@ -25,12 +25,16 @@ public:
     virtual void stop() = 0;
     /// Swaps in a validated config; bucket state of limits that still exist is kept.
     virtual void reload(std::shared_ptr<const config::GatewayConfig> config) = 0;
-    /// The port the gateway listens on (useful when the config says port 0).
+    /// Reloads the config file the gateway started from (SIGHUP, POST /admin/reload). An
+    /// invalid file is refused and counted; the previous config keeps serving.
+    virtual bool reload_from_file(std::string& error) = 0;
+    /// The ports listened on (useful when the config says port 0); admin 0 when disabled.
     virtual unsigned short port() const = 0;
+    virtual unsigned short admin_port() const = 0;
 };
 
 std::unique_ptr<Gateway> make_gateway(std::shared_ptr<const config::GatewayConfig> config,
-                                      std::shared_ptr<spdlog::logger> access_log,
+                                      std::string config_path, std::shared_ptr<spdlog::logger> access_log,
                                       const core::Clock& clock);
 
 }  // namespace tokengate::server

@@ -5,6 +5,8 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "tokengate/core/clock.hpp"
 #include "tokengate/limiter/decision.hpp"
@@ -22,6 +24,9 @@ public:
     explicit MemoryStore(const core::Clock& clock, std::size_t max_buckets = std::size_t{1} << 22);
 
     limiter::Decision decide(std::span<const limiter::Charge> charges) override;
+    limiter::Decision peek(std::span<const limiter::Charge> charges) override;
+    /// Requests waiting in each shaping queue, by bucket key (for the queue-depth gauge).
+    std::vector<std::pair<std::string, std::size_t>> queue_depths() const;
     void adjust(const limiter::Charge& charge, double delta) override;
     void release(const limiter::Charge& charge) override;
     limiter::ShapeQueue::StartCheck queue_try_start(const limiter::Charge& charge, std::uint64_t ticket) override;

@@ -158,3 +158,25 @@ TEST(MemoryStore, MintedKeysCannotGrowTheTableWithoutBound) {
 
 }  // namespace
 }  // namespace tokengate::store
+
+namespace tokengate::store {
+namespace {
+
+TEST(MemoryStore, PeekChangesNothing) {
+    core::ManualClock clock;
+    MemoryStore store(clock);
+    auto s = spec("requests", 2, 1);
+    std::vector<Charge> c = {charge(s, Level::tenant, "t")};
+    for (int i = 0; i < 5; ++i) EXPECT_TRUE(store.peek(c).allowed);
+    EXPECT_EQ(store.size(), 0u) << "no bucket is created";
+    store.decide(c);
+    auto p = store.peek(c);
+    EXPECT_TRUE(p.allowed);
+    EXPECT_DOUBLE_EQ(p.statuses[0].verdict.remaining, 0);
+    EXPECT_FALSE(p.statuses[0].charged);
+    EXPECT_TRUE(store.decide(c).allowed) << "the peek did not spend the last token";
+    EXPECT_FALSE(store.decide(c).allowed);
+}
+
+}  // namespace
+}  // namespace tokengate::store

@@ -1,0 +1,74 @@
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace tokengate::metrics {
+
+enum class Kind { counter, gauge, histogram };
+
+/// One metric name with its label names and series. Label cardinality is capped: once a
+/// family holds `max_series` series, new label sets are counted in one series whose label
+/// values are all "_other", so a flood of tenants or keys cannot exhaust memory.
+class Family {
+public:
+    Family(std::string name, std::string help, Kind kind, std::vector<std::string> label_names,
+           std::vector<double> buckets, std::size_t max_series);
+
+    void add(std::initializer_list<std::string_view> labels, double value = 1);
+    void set(std::initializer_list<std::string_view> labels, double value);
+    void observe(std::initializer_list<std::string_view> labels, double value);
+    /// Drops every series (for gauges recomputed at scrape time).
+    void clear();
+    /// The current value of one series (0 if absent): for tests and admin views.
+    double value(std::initializer_list<std::string_view> labels) const;
+
+    void render(std::string& out) const;
+
+private:
+    struct Series {
+        std::vector<std::string> labels;
+        double value = 0;
+        std::vector<std::uint64_t> bucket_counts;
+        double sum = 0;
+        std::uint64_t count = 0;
+    };
+    Series& series(std::initializer_list<std::string_view> labels);
+
+    std::string name_;
+    std::string help_;
+    Kind kind_;
+    std::vector<std::string> label_names_;
+    std::vector<double> buckets_;
+    std::size_t max_series_;
+    mutable std::mutex mutex_;
+    std::unordered_map<std::string, Series> series_;
+};
+
+/// Holds the families and renders them in the Prometheus text exposition format (0.0.4).
+class Registry {
+public:
+    explicit Registry(std::size_t max_series_per_family = 10000) : max_series_(max_series_per_family) {}
+    Family& counter(std::string name, std::string help, std::vector<std::string> labels);
+    Family& gauge(std::string name, std::string help, std::vector<std::string> labels);
+    Family& histogram(std::string name, std::string help, std::vector<std::string> labels,
+                      std::vector<double> buckets);
+    std::string render() const;
+
+private:
+    std::size_t max_series_;
+    mutable std::mutex mutex_;
+    std::deque<Family> families_;  // stable addresses
+};
+
+/// Escapes a label value: backslash, double quote and newline.
+std::string escape_label(std::string_view value);
+
+}  // namespace tokengate::metrics

@@ -1,0 +1,182 @@
+// The admin listener: /metrics, /healthz, /readyz and the /admin/* API (bearer token).
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+
+#include "admission.hpp"
+#include "services.hpp"
+#include "tokengate/core/sha256.hpp"
+#include "tokengate/limiter/headers.hpp"
+#include "tokengate/server/responses.hpp"
+
+namespace tokengate::server {
+
+namespace http = beast::http;
+using nlohmann::json;
+
+namespace {
+
+constexpr auto k_use = net::as_tuple(net::use_awaitable);
+using Response = http::response<http::string_body>;
+
+Response json_response(http::status status, const json& body) {
+    Response res{status, 11};
+    res.set(http::field::content_type, "application/json");
+    res.body() = body.dump();
+    return res;
+}
+
+Response admin_error(http::status status, std::string_view code, std::string_view message) {
+    return error_response(status, status == http::status::unauthorized ? "invalid_request_error" : "invalid_request_error",
+                          code, message, 11, true);
+}
+
+bool authorized(const http::request<http::string_body>& req, const config::GatewayConfig& cfg) {
+    const char* token = std::getenv(cfg.admin.token_env.c_str());
+    if (!token || !*token) return false;  // no token configured: the admin API stays shut
+    std::string_view given = req[http::field::authorization];
+    constexpr std::string_view k_bearer = "Bearer ";
+    if (given.substr(0, k_bearer.size()) != k_bearer) return false;
+    // Compare digests so the comparison's length does not depend on the token's.
+    auto a = core::sha256(given.substr(k_bearer.size()));
+    auto b = core::sha256(token);
+    return core::constant_time_equal(std::string_view(reinterpret_cast<const char*>(a.data()), a.size()),
+                                     std::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
+}
+
+json limit_json(const limiter::LimitStatus& s) {
+    double reset = static_cast<double>(s.verdict.until_full) / 1e9;
+    return {{"level", config::to_string(s.level)},
+            {"name", s.spec->name},
+            {"algorithm", config::to_string(s.spec->algorithm)},
+            {"unit", config::to_string(s.spec->unit)},
+            {"capacity", s.spec->capacity},
+            {"rate_per_s", s.spec->rate_per_s},
+            {"remaining", s.verdict.remaining},
+            {"reset_s", reset},
+            {"enforce", s.spec->enforce}};
+}
+
+Response tenant_state(Services& services, const Runtime& rt, std::string_view id) {
+    const auto& cfg = *rt.config;
+    auto tenant = std::find_if(cfg.tenants.begin(), cfg.tenants.end(), [&](const auto& t) { return t.id == id; });
+    if (tenant == cfg.tenants.end()) return admin_error(http::status::not_found, "not_found", "No such tenant.");
+    std::vector<limiter::Charge> charges;
+    for (const auto& spec : tenant->limits)
+        charges.push_back({&spec, config::Level::tenant, "tenant:" + spec.name + ":" + tenant->id, 0, tenant->id});
+    auto state = services.store.peek(charges);
+    json limits = json::array();
+    for (const auto& s : state.statuses) limits.push_back(limit_json(s));
+    return json_response(http::status::ok, {{"tenant", tenant->id}, {"limits", limits}});
+}
+
+Response explain(Services& services, const Runtime& rt, const std::string& body) {
+    json in = json::parse(body, nullptr, false);
+    if (!in.is_object() || !in.contains("key") || !in["key"].is_string())
+        return admin_error(http::status::bad_request, "invalid_body",
+                           R"(Send {"key": "<api key>", "path": "/v1/chat/completions", "body": {...}}.)");
+    std::string path = in.value("path", std::string("/v1/chat/completions"));
+    std::string client_ip = in.value("client_ip", std::string("127.0.0.1"));
+    std::string request_body = in.contains("body") ? in["body"].dump() : std::string();
+    auto a = admit_request(rt, in["key"].get<std::string>(), path, client_ip, request_body);
+    switch (a.error) {
+        case Admission::Error::none: break;
+        case Admission::Error::unauthorized: return admin_error(http::status::bad_request, "invalid_api_key", a.message);
+        case Admission::Error::invalid_json: return admin_error(http::status::bad_request, "invalid_json", a.message);
+        case Admission::Error::invalid_body: return admin_error(http::status::bad_request, "invalid_body", a.message);
+        case Admission::Error::no_route: return admin_error(http::status::bad_request, "not_found", a.message);
+    }
+    auto decision = services.store.peek(a.charges);
+    json limits = json::array();
+    for (std::size_t i = 0; i < decision.statuses.size(); ++i) {
+        auto l = limit_json(decision.statuses[i]);
+        const auto& v = decision.statuses[i].verdict;
+        l["requested"] = a.charges[i].amount;
+        l["admitted"] = v.admitted;
+        l["retry_after_s"] = v.admitted ? json(nullptr) : v.never ? json("never") : json(static_cast<double>(v.retry_after) / 1e9);
+        limits.push_back(l);
+    }
+    json headers = json::object();
+    for (const auto& h : limiter::rate_limit_headers(decision, services.clock.unix_now())) headers[h.name] = h.value;
+    const auto& cfg = *rt.config;
+    json out = {{"tenant", cfg.tenants[a.principal->tenant].id},
+                {"route", cfg.routes[a.route].path},
+                {"model", a.summary.model},
+                {"input_tokens", a.summary.input_tokens},
+                {"max_output_tokens", a.summary.max_output_tokens},
+                {"stream", a.summary.stream},
+                {"cost", a.reserved},
+                {"allowed", decision.allowed},
+                {"limits", limits},
+                {"headers", headers}};
+    if (!decision.allowed) {
+        auto why = limiter::describe_rejection(decision, a.charges);
+        out["rejection"] = {{"type", why.type}, {"code", why.code}, {"message", why.message}};
+    }
+    return json_response(http::status::ok, out);
+}
+
+Response handle(Services& services, const http::request<http::string_body>& req) {
+    auto rt = services.runtime.get();
+    auto target = std::string_view(req.target());
+    auto path = target.substr(0, target.find('?'));
+    bool get = req.method() == http::verb::get;
+    if (get && path == "/healthz") return json_response(http::status::ok, {{"status", "ok"}});
+    if (get && path == "/readyz") {
+        bool draining = services.draining.load();
+        return json_response(draining ? http::status::service_unavailable : http::status::ok,
+                             {{"status", draining ? "draining" : "ready"}});
+    }
+    if (get && path == "/metrics") {
+        services.metrics.queue_depth.clear();
+        for (const auto& [key, depth] : services.store.queue_depths())
+            services.metrics.queue_depth.set({key}, static_cast<double>(depth));
+        Response res{http::status::ok, 11};
+        res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+        res.body() = services.registry.render();
+        return res;
+    }
+    if (path.substr(0, 7) != "/admin/") return admin_error(http::status::not_found, "not_found", "Unknown admin path.");
+    if (!authorized(req, *rt->config))
+        return admin_error(http::status::unauthorized, "invalid_admin_token",
+                           "Admin calls need 'Authorization: Bearer <token>' with the token from " +
+                               rt->config->admin.token_env + ".");
+    constexpr std::string_view k_tenants = "/admin/tenants/";
+    if (get && path.substr(0, k_tenants.size()) == k_tenants)
+        return tenant_state(services, *rt, path.substr(k_tenants.size()));
+    if (req.method() == http::verb::post && path == "/admin/reload") {
+        std::string error;
+        if (services.reload && services.reload(error)) return json_response(http::status::ok, {{"reloaded", true}});
+        return json_response(http::status::unprocessable_entity, {{"reloaded", false}, {"error", error}});
+    }
+    if (req.method() == http::verb::post && path == "/admin/explain") return explain(services, *rt, req.body());
+    return admin_error(http::status::not_found, "not_found", "Unknown admin path.");
+}
+
+}  // namespace
+
+net::awaitable<void> serve_admin_connection(net::ip::tcp::socket socket, Services& services) {
+    beast::tcp_stream stream(std::move(socket));
+    beast::flat_buffer buffer;
+    for (;;) {
+        http::request_parser<http::string_body> parser;
+        parser.body_limit(1u << 20);
+        stream.expires_after(std::chrono::seconds(30));
+        auto [ec, n] = co_await http::async_read(stream, buffer, parser, k_use);
+        if (ec) break;
+        auto req = parser.release();
+        auto res = handle(services, req);
+        res.keep_alive(req.keep_alive());
+        res.prepare_payload();
+        auto [wec, wn] = co_await http::async_write(stream, res, k_use);
+        if (wec || !res.keep_alive()) break;
+    }
+    beast::error_code ignored;
+    stream.socket().shutdown(net::ip::tcp::socket::shutdown_send, ignored);
+}
+
+}  // namespace tokengate::server
