@@ -256,7 +256,13 @@ struct Loader {
     }
 
     void log(const YAML::Node& n) {
-        r.expect_map(n, "log", {"access", "level", "format"});
+        r.expect_map(n, "log", {"access", "level", "format", "rotate"});
+        if (const auto& rot = n["rotate"]) {
+            r.expect_map(rot, "log.rotate", {"max_size", "max_files"});
+            if (rot["max_size"]) config.log.rotate_max_bytes = r.size(rot["max_size"], "log.rotate.max_size");
+            if (rot["max_files"])
+                config.log.rotate_files = static_cast<unsigned>(r.whole(rot["max_files"], "log.rotate.max_files", 1));
+        }
         if (n["access"]) config.log.access = r.string_of(n["access"], "log.access");
         if (n["level"]) {
             auto level = r.string_of(n["level"], "log.level");

@@ -117,6 +117,7 @@ TEST(Gateway, MissingOrUnknownKeyIs401EvenOnUnknownPath) {
     auto not_found = gw.request(Request{"GET", "/nowhere", {k_auth}, ""});
     EXPECT_EQ(not_found.status, 404);
     EXPECT_EQ(json::parse(not_found.body)["error"]["code"], "not_found");
+    ASSERT_TRUE(gw.log_contains("\"status\":404"));
     EXPECT_EQ(gw.log().find("test-key-1"), std::string::npos) << "keys are never logged";
 }
 

@@ -286,6 +286,15 @@ GatewayUnderTest::GatewayUnderTest(const std::string& config_body, const std::st
     if (!wait_for_port(port_)) throw std::runtime_error("gateway did not start: " + log());
 }
 
+bool GatewayUnderTest::log_contains(const std::string& text, std::chrono::milliseconds timeout) const {
+    auto deadline = clock_type::now() + timeout;
+    for (;;) {
+        if (log().find(text) != std::string::npos) return true;
+        if (clock_type::now() > deadline) return false;
+        std::this_thread::sleep_for(20ms);
+    }
+}
+
 void GatewayUnderTest::rewrite_config(const std::string& config_body) const {
     std::string tmp = dir_ + "/gateway.yaml.tmp";
     std::ofstream(tmp) << config_head_ << config_body;

@@ -93,6 +93,8 @@ public:
     /// Rewrites the config file (same listeners) for reload tests.
     void rewrite_config(const std::string& config_body) const;
     std::string log() const { return read_file(dir_ + "/gateway.log"); }
+    /// The access log is written asynchronously: waits until `text` appears in it.
+    bool log_contains(const std::string& text, std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
     Process& gateway() { return *gateway_; }
     const std::string& dir() const { return dir_; }
     Response request(const Request& r) const { return send_request(port_, r); }

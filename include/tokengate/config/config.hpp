@@ -128,6 +128,8 @@ struct StoreConfig {
 struct LogConfig {
     std::string access = "stdout";  // stdout | off | a file path
     std::string level = "info";
+    std::uint64_t rotate_max_bytes = 0;  // a file access log rotates at this size (0 = never)
+    unsigned rotate_files = 5;
 };
 
 /// The whole validated configuration. Immutable once loaded: each request takes one snapshot.
