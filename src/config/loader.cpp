@@ -414,9 +414,19 @@ struct Loader {
                 if (e.Scalar() != "heuristic")
                     r.fail(e, "cost.estimator must be heuristic or { tiktoken: path }");
             } else {
-                r.expect_map(e, "cost.estimator", {"tiktoken"});
+                r.expect_map(e, "cost.estimator", {"tiktoken", "pattern"});
+                if (!e["tiktoken"]) r.fail(e, "cost.estimator needs 'tiktoken: <path to a .tiktoken file>'");
                 c.tiktoken_path = r.string_of(e["tiktoken"], "cost.estimator.tiktoken");
-                r.fail(e, "cost.estimator: tiktoken is not available in this build yet; use heuristic");
+                if (c.tiktoken_path.front() != '/') {  // relative to the config file, not the cwd
+                    auto slash = r.file().rfind('/');
+                    if (slash != std::string::npos) c.tiktoken_path = r.file().substr(0, slash + 1) + c.tiktoken_path;
+                }
+                if (!std::ifstream(c.tiktoken_path)) r.fail(e["tiktoken"], "cannot read tiktoken file " + c.tiktoken_path);
+                if (e["pattern"]) {
+                    c.tiktoken_pattern = r.string_of(e["pattern"], "cost.estimator.pattern");
+                    if (c.tiktoken_pattern != "cl100k" && c.tiktoken_pattern != "o200k")
+                        r.fail(e["pattern"], "cost.estimator.pattern must be cl100k or o200k");
+                }
             }
         }
         if (c.input_min + c.output_min <= 0)

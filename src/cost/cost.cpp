@@ -2,9 +2,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cctype>
 #include <cmath>
 
 #include "tokengate/config/loader.hpp"
+#include "tokengate/cost/bpe.hpp"
 
 namespace tokengate::cost {
 
@@ -16,20 +18,24 @@ constexpr std::uint64_t k_tokens_per_message = 4;  // role/name framing, as chat
 constexpr std::uint64_t k_reply_priming = 3;
 
 bool is_cjk(std::uint32_t cp) {
-    return (cp >= 0x3040 && cp <= 0x30FF) || (cp >= 0x3400 && cp <= 0x4DBF) ||
+    return (cp >= 0x3000 && cp <= 0x30FF) || (cp >= 0x3400 && cp <= 0x4DBF) ||
            (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0xAC00 && cp <= 0xD7AF) ||
            (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0xFF00 && cp <= 0xFFEF) ||
            (cp >= 0x20000 && cp <= 0x2FFFF);
 }
 
+std::uint64_t count_text(std::string_view text, const BpeTokenizer* tokenizer) {
+    return tokenizer ? tokenizer->count(text) : estimate_tokens(text);
+}
+
 /// Tokens for every string inside a JSON value (tool schemas, content parts, tool calls).
-std::uint64_t tokens_in(const json& v) {
-    if (v.is_string()) return estimate_tokens(v.get_ref<const std::string&>());
+std::uint64_t tokens_in(const json& v, const BpeTokenizer* tokenizer) {
+    if (v.is_string()) return count_text(v.get_ref<const std::string&>(), tokenizer);
     std::uint64_t n = 0;
     if (v.is_object()) {
-        for (auto it = v.begin(); it != v.end(); ++it) n += estimate_tokens(it.key()) + tokens_in(*it);
+        for (auto it = v.begin(); it != v.end(); ++it) n += count_text(it.key(), tokenizer) + tokens_in(*it, tokenizer);
     } else if (v.is_array()) {
-        for (const auto& item : v) n += tokens_in(item);
+        for (const auto& item : v) n += tokens_in(item, tokenizer);
     } else if (v.is_number()) {
         n += 1;
     }
@@ -50,23 +56,39 @@ bool optional_count(const json& body, const char* key, std::uint64_t& out, std::
 }  // namespace
 
 std::uint64_t estimate_tokens(std::string_view text) {
-    std::uint64_t cjk = 0, other_bytes = 0;
-    for (std::size_t i = 0; i < text.size();) {
+    // Shaped after byte-level BPE (cl100k/o200k) without its tables: a common word is one
+    // token and long words split every ~8 letters; digits go in threes; punctuation merges in
+    // runs of ~3; a single space rides on the next word; a CJK character is about one token.
+    // Within ±25% of real BPE counts on tests/corpus (English, Chinese, code, mixed chat).
+    auto is_word = [](unsigned char c) { return std::isalpha(c) || c == '_'; };
+    auto is_break = [](unsigned char c) { return c == '\r' || c == '\n' || c == '\t'; };
+    std::uint64_t tokens = 0;
+    std::size_t i = 0;
+    const std::size_t n = text.size();
+    auto run = [&](auto pred) {
+        std::size_t j = i;
+        while (j < n && pred(static_cast<unsigned char>(text[j]))) ++j;
+        std::size_t length = j - i;
+        i = j;
+        return static_cast<std::uint64_t>(length);
+    };
+    while (i < n) {
         auto c = static_cast<unsigned char>(text[i]);
         if (c < 0x80) {
-            ++other_bytes;
-            ++i;
+            if (is_word(c)) tokens += 1 + (run(is_word) - 1) / 8;
+            else if (std::isdigit(c)) tokens += (run([](unsigned char d) { return std::isdigit(d) != 0; }) + 2) / 3;
+            else if (c == ' ') tokens += run([](unsigned char d) { return d == ' '; }) > 1 ? 1 : 0;
+            else if (is_break(c)) tokens += run(is_break) > 0 ? 1 : 0;
+            else tokens += (run([](unsigned char d) { return d < 0x80 && std::ispunct(d) && d != '_'; }) + 2) / 3;
             continue;
         }
         std::size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
         std::uint32_t cp = len == 1 ? c : c & (0x7F >> len);
-        for (std::size_t k = 1; k < len && i + k < text.size(); ++k)
-            cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
-        if (is_cjk(cp)) ++cjk;
-        else other_bytes += len;
+        for (std::size_t k = 1; k < len && i + k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
+        tokens += is_cjk(cp) ? 1 : (len + 2) / 3;
         i += len;
     }
-    return cjk + (other_bytes + 3) / 4;
+    return tokens;
 }
 
 std::string with_stream_usage(std::string_view body, bool has_stream_options) {
@@ -104,7 +126,7 @@ double request_cost(const config::CostConfig& c, double factor, std::uint64_t in
     return (in + out) * factor + (stream ? c.stream_surcharge : 0.0);
 }
 
-ParsedBody parse_request_body(std::string_view body, const config::CostConfig& cost) {
+ParsedBody parse_request_body(std::string_view body, const config::CostConfig& cost, const BpeTokenizer* tokenizer) {
     ParsedBody out;
     auto& s = out.summary;
     // A request without a body (GET /v1/models) generates nothing: it costs the minimum.
@@ -154,16 +176,16 @@ ParsedBody parse_request_body(std::string_view body, const config::CostConfig& c
             input += k_tokens_per_message;
             for (auto f = m.begin(); f != m.end(); ++f) {
                 if (f.key() == "role") continue;
-                input += tokens_in(*f);
+                input += tokens_in(*f, tokenizer);
             }
         }
         input += k_reply_priming;
     }
     if (auto it = doc.find("prompt"); it != doc.end()) {
-        if (it->is_string()) input += estimate_tokens(it->get_ref<const std::string&>());
+        if (it->is_string()) input += count_text(it->get_ref<const std::string&>(), tokenizer);
         else if (it->is_array()) {
             for (const auto& p : *it) {
-                if (p.is_string()) input += estimate_tokens(p.get_ref<const std::string&>());
+                if (p.is_string()) input += count_text(p.get_ref<const std::string&>(), tokenizer);
                 else if (p.is_number_integer()) input += 1;  // a pre-tokenized prompt
                 else if (p.is_array()) input += p.size();
                 else return invalid("'prompt' must be a string or an array of strings or tokens");
@@ -173,7 +195,7 @@ ParsedBody parse_request_body(std::string_view body, const config::CostConfig& c
     for (const char* key : {"tools", "functions"})
         if (auto it = doc.find(key); it != doc.end()) {
             if (!it->is_array()) return invalid(std::string("'") + key + "' must be an array");
-            input += tokens_in(*it);
+            input += tokens_in(*it, tokenizer);
         }
     s.input_tokens = input;
     return out;

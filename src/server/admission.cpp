@@ -15,7 +15,7 @@ Admission admit_request(const Runtime& runtime, std::string_view key, std::strin
                                 : "Incorrect API key provided.";
         return a;
     }
-    auto parsed = cost::parse_request_body(body, cfg.cost);
+    auto parsed = cost::parse_request_body(body, cfg.cost, runtime.tokenizer.get());
     if (parsed.error != cost::BodyError::none) {
         a.error = parsed.error == cost::BodyError::invalid_json ? Admission::Error::invalid_json
                                                                 : Admission::Error::invalid_body;

@@ -97,7 +97,8 @@ struct CostConfig {
     Rounding rounding = Rounding::floor;
     double stream_surcharge = 1;
     std::uint64_t default_max_tokens = 256;
-    std::string tiktoken_path;  // empty = heuristic estimator
+    std::string tiktoken_path;     // empty = heuristic estimator; else a .tiktoken rank file
+    std::string tiktoken_pattern;  // "cl100k" | "o200k" | "" (by vocabulary size)
 };
 
 struct TierConfig {

@@ -27,8 +27,12 @@ struct ParsedBody {
     RequestSummary summary;
 };
 
+class BpeTokenizer;
+
 /// Validates and summarises a JSON request body. An empty body is a valid empty request.
-ParsedBody parse_request_body(std::string_view body, const config::CostConfig& cost);
+/// Input tokens come from `tokenizer` when given, else from the heuristic.
+ParsedBody parse_request_body(std::string_view body, const config::CostConfig& cost,
+                              const BpeTokenizer* tokenizer = nullptr);
 
 /// The body with `stream_options.include_usage: true` added, so a stream ends with its usage.
 std::string with_stream_usage(std::string_view body, bool has_stream_options);

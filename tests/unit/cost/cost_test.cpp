@@ -29,8 +29,11 @@ TEST(CostFactor, GlobsAndDefault) {
 TEST(EstimateTokens, LatinAndCjk) {
     EXPECT_EQ(estimate_tokens(""), 0u);
     EXPECT_EQ(estimate_tokens("abcd"), 1u);
-    EXPECT_EQ(estimate_tokens("abcde"), 2u);
-    EXPECT_EQ(estimate_tokens("你好世界"), 4u) << "one token per CJK character";
+    EXPECT_EQ(estimate_tokens("hello world"), 2u) << "a common word is one token";
+    EXPECT_EQ(estimate_tokens("internationalization"), 3u) << "long words split every ~8 letters";
+    EXPECT_EQ(estimate_tokens("1234567"), 3u) << "digits in threes";
+    EXPECT_EQ(estimate_tokens("a == b;\n"), 5u) << "a, ==, b, ;, newline";
+    EXPECT_EQ(estimate_tokens("你好世界。"), 5u) << "one token per CJK character";
     EXPECT_EQ(estimate_tokens("hi 你好"), 3u);
 }
 
@@ -44,7 +47,7 @@ TEST(ParseRequestBody, ChatRequest) {
     EXPECT_TRUE(p.summary.stream);
     EXPECT_TRUE(p.summary.client_wants_usage);
     EXPECT_EQ(p.summary.max_output_tokens, 100u);
-    EXPECT_EQ(p.summary.input_tokens, 4u + 2u + 3u);
+    EXPECT_EQ(p.summary.input_tokens, 4u + 1u + 3u) << "message framing + one word + reply priming";
 }
 
 TEST(ParseRequestBody, MaxCompletionTokensWinsAndDefaultApplies) {

@@ -49,7 +49,7 @@ TEST(SseUsageFilter, CountsStreamedTextWithoutUsage) {
     EXPECT_EQ(f.streamed_tokens(), 2 * estimate_tokens("Hello world"));
     SseUsageFilter completions(false);
     completions.feed("data: {\"choices\":[{\"text\":\"abcdefgh\",\"index\":0}]}\r\n\r\n", true);
-    EXPECT_EQ(completions.streamed_tokens(), 2u);
+    EXPECT_EQ(completions.streamed_tokens(), estimate_tokens("abcdefgh"));
 }
 
 TEST(SseUsageFilter, PassesOversizedOrMalformedEventsOn) {

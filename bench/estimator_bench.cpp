@@ -1,0 +1,69 @@
+// Input-token estimation throughput on a 1 MB prompt built from tests/corpus (English,
+// Chinese, code, chat). BPE needs a rank file: TOKENGATE_TIKTOKEN=/path/cl100k_base.tiktoken
+// (the tiktoken reference test leaves one in <build>/tiktoken-reference/).
+
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tokengate/cost/bpe.hpp"
+#include "tokengate/cost/cost.hpp"
+
+namespace {
+
+std::string one_megabyte_prompt() {
+    std::string corpus;
+    for (const auto& entry : std::filesystem::directory_iterator(TOKENGATE_CORPUS)) {
+        if (entry.path().extension() != ".txt") continue;
+        std::ifstream in(entry.path());
+        std::ostringstream s;
+        s << in.rdbuf();
+        corpus += s.str();
+    }
+    std::string prompt;
+    while (prompt.size() < (1u << 20)) prompt += corpus;
+    return prompt;
+}
+
+void BM_HeuristicEstimate(benchmark::State& state) {
+    auto prompt = one_megabyte_prompt();
+    for (auto _ : state) benchmark::DoNotOptimize(tokengate::cost::estimate_tokens(prompt));
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * prompt.size()));
+}
+BENCHMARK(BM_HeuristicEstimate)->Unit(benchmark::kMillisecond);
+
+void BM_BpeCount(benchmark::State& state) {
+    const char* path = std::getenv("TOKENGATE_TIKTOKEN");
+    if (!path || !std::filesystem::exists(path)) {
+        state.SkipWithError("set TOKENGATE_TIKTOKEN to a .tiktoken rank file");
+        return;
+    }
+    auto tokenizer = tokengate::cost::BpeTokenizer::load(path);
+    auto prompt = one_megabyte_prompt();
+    for (auto _ : state) benchmark::DoNotOptimize(tokenizer->count(prompt));
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * prompt.size()));
+}
+BENCHMARK(BM_BpeCount)->Unit(benchmark::kMillisecond);
+
+void BM_ChatBodyParse(benchmark::State& state) {
+    auto prompt = one_megabyte_prompt();
+    std::string body = R"({"model":"m","max_tokens":256,"messages":[{"role":"user","content":")";
+    for (char c : prompt) {
+        if (c == '"' || c == '\\') body += '\\';
+        if (c == '\n') body += "\\n";
+        else if (c == '\t') body += "\\t";
+        else body += c;
+    }
+    body += R"("}]})";
+    tokengate::config::CostConfig cost;
+    for (auto _ : state) benchmark::DoNotOptimize(tokengate::cost::parse_request_body(body, cost));
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * body.size()));
+}
+BENCHMARK(BM_ChatBodyParse)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,131 @@
+// tokengate's BPE against a reference nobody here wrote: the npm `tiktoken` package's own
+// encoder. Needs npm and node; skips, saying so, when the npm registry cannot be reached.
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "harness.hpp"
+#include "tokengate/cost/bpe.hpp"
+
+namespace tokengate::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const fs::path k_repo = fs::path(TOKENGATE_SOURCE_DIR);
+constexpr const char* k_package = "tiktoken@1.0.22";
+
+int run(const std::string& command) { return std::system(command.c_str()); }
+
+std::string slurp(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+class TiktokenReference : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        dir_ = fs::path(TOKENGATE_BUILD_DIR) / "tiktoken-reference";
+        fs::create_directories(dir_);
+        if (!fs::exists(dir_ / "node_modules/tiktoken/package.json")) {
+            if (run("command -v npm > /dev/null && command -v node > /dev/null") != 0) {
+                skip_ = "npm or node is not installed";
+                return;
+            }
+            auto cmd = "cd '" + dir_.string() + "' && timeout 300 npm install --no-audit --no-fund --silent " +
+                       k_package + " > npm.log 2>&1";
+            if (run(cmd) != 0) {
+                skip_ = "the npm registry is unreachable (npm install " + std::string(k_package) + " failed; see " +
+                        (dir_ / "npm.log").string() + ")";
+                return;
+            }
+        }
+        auto pkg = (dir_ / "node_modules/tiktoken").string();
+        for (const auto& corpus : {k_repo / "tests/corpus", k_repo / "tests/tiktoken"}) {
+            auto out = dir_ / ("counts-" + corpus.filename().string() + ".json");
+            auto cmd = "node '" + (k_repo / "tests/tiktoken/reference.js").string() + "' '" + pkg + "' '" +
+                       corpus.string() + "' '" + (dir_ / "cl100k_base.tiktoken").string() + "' > '" + out.string() + "'";
+            ASSERT_EQ(run(cmd), 0) << cmd;
+            auto counts = json::parse(slurp(out));
+            for (auto& [file, count] : counts.items()) reference_[(corpus / file).string()] = count.get<std::uint64_t>();
+        }
+        tokenizer_ = cost::BpeTokenizer::load((dir_ / "cl100k_base.tiktoken").string());
+    }
+    void SetUp() override {
+        if (!skip_.empty()) GTEST_SKIP() << "tiktoken reference skipped: " << skip_;
+    }
+
+    static inline fs::path dir_;
+    static inline std::string skip_;
+    static inline std::map<std::string, std::uint64_t> reference_;
+    static inline std::unique_ptr<cost::BpeTokenizer> tokenizer_;
+};
+
+TEST_F(TiktokenReference, CountsEqualTheReferenceEncoder) {
+    ASSERT_TRUE(tokenizer_);
+    EXPECT_EQ(tokenizer_->vocabulary_size(), 100256u);
+    ASSERT_GE(reference_.size(), 5u);
+    for (const auto& [file, expected] : reference_) {
+        SCOPED_TRACE(file);
+        EXPECT_EQ(tokenizer_->count(slurp(file)), expected);
+    }
+}
+
+TEST_F(TiktokenReference, CheckedInCountsAreStillTheReferences) {
+    auto checked_in = json::parse(slurp(k_repo / "tests/corpus/cl100k_counts.json"));
+    for (auto& [file, count] : checked_in.items())
+        EXPECT_EQ(reference_[(k_repo / "tests/corpus" / file).string()], count.get<std::uint64_t>()) << file;
+}
+
+TEST_F(TiktokenReference, LinesOneByOne) {
+    // Each line of every file on its own exercises many more piece boundaries.
+    std::string pkg = (dir_ / "node_modules/tiktoken").string();
+    auto lines_dir = dir_ / "lines";
+    fs::create_directories(lines_dir);
+    int n = 0;
+    for (const auto& corpus : {k_repo / "tests/corpus", k_repo / "tests/tiktoken"})
+        for (const auto& entry : fs::directory_iterator(corpus)) {
+            if (entry.path().extension() != ".txt") continue;
+            std::istringstream in(slurp(entry.path()));
+            std::string line;
+            while (std::getline(in, line)) std::ofstream(lines_dir / ("line" + std::to_string(n++) + ".txt")) << line;
+        }
+    auto out = dir_ / "counts-lines.json";
+    ASSERT_EQ(run("node '" + (k_repo / "tests/tiktoken/reference.js").string() + "' '" + pkg + "' '" + lines_dir.string() +
+                  "' '" + (dir_ / "unused.tiktoken").string() + "' > '" + out.string() + "'"), 0);
+    auto counts = json::parse(slurp(out));
+    EXPECT_EQ(counts.size(), static_cast<std::size_t>(n));
+    for (auto& [file, count] : counts.items())
+        EXPECT_EQ(tokenizer_->count(slurp(lines_dir / file)), count.get<std::uint64_t>()) << slurp(lines_dir / file);
+}
+
+}  // namespace
+}  // namespace tokengate::testing
+
+namespace tokengate::testing {
+namespace {
+
+TEST_F(TiktokenReference, TheGatewayPricesPromptsWithTheRankFile) {
+    auto rank_file = (dir_ / "cl100k_base.tiktoken").string();
+    GatewayUnderTest gw("routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
+                        "cost:\n  estimator: { tiktoken: \"" + rank_file + "\" }\n"
+                        "tenants:\n  - { id: acme, keys: [\"k1\"] }\n");
+    auto english = k_repo / "tests/corpus/english.txt";
+    json body = {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", slurp(english)}}}}};
+    json in = {{"key", "k1"}, {"body", body}};
+    auto r = gw.admin(Request{"POST", "/admin/explain", {}, in.dump()});
+    ASSERT_EQ(r.status, 200) << r.body << gw.log();
+    // Message framing (4) and reply priming (3) around the content's exact BPE count.
+    EXPECT_EQ(json::parse(r.body)["input_tokens"].get<std::uint64_t>(), 4 + reference_[english.string()] + 3);
+}
+
+}  // namespace
+}  // namespace tokengate::testing
