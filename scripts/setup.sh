@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what is missing (Debian 12 packages only) and builds tokengate.
-# usage: scripts/setup.sh [release|asan] [extra apt packages...]
+# usage: scripts/setup.sh [release|asan|tsan|none] [extra apt packages...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,8 +25,11 @@ if ((${#missing[@]})); then
 fi
 
 case "$flavor" in
+    none) exit 0 ;;  # install only
     release) opts=(-DCMAKE_BUILD_TYPE=RelWithDebInfo) ;;
     asan) opts=(-DCMAKE_BUILD_TYPE=Debug -DTOKENGATE_SANITIZE=ON -DTOKENGATE_BENCH=OFF) ;;
+    # ThreadSanitizer: only the unit tests, whose limiter tests run threads on shared buckets.
+    tsan) opts=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOKENGATE_TSAN=ON -DTOKENGATE_BENCH=OFF) ;;
     *) echo "unknown build flavor: $flavor" >&2; exit 2 ;;
 esac
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}

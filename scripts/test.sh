@@ -12,7 +12,25 @@ run_suite() {
     (cd "build/$flavor" && ctest --output-on-failure -j 2 --timeout 300)
 }
 
+# libFuzzer (clang) on the parsers that take untrusted input, FUZZ_SECONDS each (default 60).
+run_fuzz() {
+    echo "=== fuzz build"
+    scripts/setup.sh none clang-14 libclang-rt-14-dev
+    CXX=clang++-14 cmake -S tests/fuzz -B build/fuzz > /dev/null
+    cmake --build build/fuzz -j "$(nproc)"
+    for target in config request_body sse units; do
+        echo "=== fuzz $target (${FUZZ_SECONDS:-60} s)"
+        local work="build/fuzz/work-$target"
+        mkdir -p "$work"
+        build/fuzz/fuzz_$target -max_total_time="${FUZZ_SECONDS:-60}" -timeout=10 -print_final_stats=1 \
+            "$work" "tests/fuzz/corpus/$target" 2>&1 | grep -E "^(Done|stat::number_of_executed_units|==|SUMMARY)" || true
+        [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "fuzz target $target failed" >&2; exit 1; }
+    done
+}
+
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 run_suite release
+run_fuzz
+run_suite tsan
 run_suite asan

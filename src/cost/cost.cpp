@@ -79,7 +79,11 @@ std::uint64_t estimate_tokens(std::string_view text) {
             else if (std::isdigit(c)) tokens += (run([](unsigned char d) { return std::isdigit(d) != 0; }) + 2) / 3;
             else if (c == ' ') tokens += run([](unsigned char d) { return d == ' '; }) > 1 ? 1 : 0;
             else if (is_break(c)) tokens += run(is_break) > 0 ? 1 : 0;
-            else tokens += (run([](unsigned char d) { return d < 0x80 && std::ispunct(d) && d != '_'; }) + 2) / 3;
+            else if (std::ispunct(c)) tokens += (run([](unsigned char d) { return d < 0x80 && std::ispunct(d) && d != '_'; }) + 2) / 3;
+            else {  // control characters, \v, \f: one token each (found by fuzzing: no run matched)
+                ++tokens;
+                ++i;
+            }
             continue;
         }
         std::size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;

@@ -12,6 +12,7 @@
 
 #include "services.hpp"
 #include "tokengate/config/loader.hpp"
+#include "tokengate/server/responses.hpp"
 
 namespace tokengate::server {
 
@@ -146,7 +147,18 @@ private:
             }
             auto limit = services_.runtime.get()->config->server.max_connections;
             if (services_.open_connections.load() >= limit) {
+                // Refuse cleanly: one small non-blocking write of a 503, then close.
+                static const std::string k_full = [] {
+                    std::string body = error_body("The gateway is at its connection limit; retry shortly.",
+                                                  "server_error", "too_many_connections");
+                    return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                           "Connection: close\r\nRetry-After: 1\r\nContent-Length: " +
+                           std::to_string(body.size()) + "\r\n\r\n" + body;
+                }();
                 beast::error_code ignored;
+                socket.non_blocking(true, ignored);
+                socket.write_some(net::buffer(k_full), ignored);
+                socket.shutdown(net::ip::tcp::socket::shutdown_send, ignored);
                 socket.close(ignored);
                 continue;
             }

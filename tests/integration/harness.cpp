@@ -283,7 +283,10 @@ GatewayUnderTest::GatewayUnderTest(const std::string& config_body, const std::st
     if (!wait_for_port(mock_port_)) throw std::runtime_error("mock upstream did not start");
     gateway_.emplace(std::vector<std::string>{TOKENGATE_BINARY, "serve", "-c", dir_ + "/gateway.yaml"},
                      dir_ + "/gateway.log");
-    if (!wait_for_port(port_)) throw std::runtime_error("gateway did not start: " + log());
+    for (auto deadline = clock_type::now() + 10s; !wait_for_port(port_, 100ms);) {
+        if (gateway_->wait(1ms) != -1 || clock_type::now() > deadline)
+            throw std::runtime_error("gateway did not start: " + log());
+    }
 }
 
 bool GatewayUnderTest::log_contains(const std::string& text, std::chrono::milliseconds timeout) const {

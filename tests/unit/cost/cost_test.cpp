@@ -35,6 +35,7 @@ TEST(EstimateTokens, LatinAndCjk) {
     EXPECT_EQ(estimate_tokens("a == b;\n"), 5u) << "a, ==, b, ;, newline";
     EXPECT_EQ(estimate_tokens("你好世界。"), 5u) << "one token per CJK character";
     EXPECT_EQ(estimate_tokens("hi 你好"), 3u);
+    EXPECT_EQ(estimate_tokens(std::string_view("\x01\x7f\v\f", 4)), 4u) << "fuzz regression: this used to hang";
 }
 
 TEST(ParseRequestBody, ChatRequest) {

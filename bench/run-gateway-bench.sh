@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# tokengate vs nginx, in one run, on this machine. Prints one table with ratios to nginx.
+#   bench/run-gateway-bench.sh [seconds per run, default 8]
+# Upstreams: nginx serving a fixed chat completion (JSON) and tokengate's mock (SSE).
+# Contenders, each with the same number of workers (1, then 2):
+#   nginx     reverse proxy, limit_req keyed by the API key, high rate (never rejects), burst, nodelay
+#   nginx-429 the same with a low rate: every request past the first few is its 429 path
+#   tokengate a realistic config: tenant tokens+requests, ip, route and global limits, unit: cost
+#             with the body's cost estimated, access log on (as nginx's)
+#   tokengate-429  the same with a low tenant limit
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-8}
+scripts/setup.sh release nginx-light wrk > /dev/null
+bin=$PWD/build/release/tokengate
+work=$(mktemp -d /tmp/tokengate-bench-XXXXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+ulimit -n 65536 || true
+
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 did not open" >&2; exit 1; }
+
+static_port=$(port); mock_port=$(port)
+completion='{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"llama3-8b","choices":[{"index":0,"message":{"role":"assistant","content":"The quick brown fox jumps over the lazy dog."},"finish_reason":"stop"}],"usage":{"prompt_tokens":180,"completion_tokens":12,"total_tokens":192}}'
+mkdir -p "$work/static"
+cat > "$work/static/nginx.conf" <<CONF
+worker_processes 1;
+pid $work/static/nginx.pid;
+error_log $work/static/error.log warn;
+events { worker_connections 16384; }
+http {
+  access_log off;
+  client_body_temp_path $work/static; proxy_temp_path $work/static; fastcgi_temp_path $work/static;
+  uwsgi_temp_path $work/static; scgi_temp_path $work/static;
+  keepalive_requests 1000000;
+  server {
+    listen 127.0.0.1:$static_port;
+    location / { default_type application/json; return 200 '$completion'; }
+  }
+}
+CONF
+nginx -c "$work/static/nginx.conf" -g 'daemon off;' & pids+=($!)
+"$bin" mock-upstream --port "$mock_port" --tokens-per-s 0 > "$work/mock.log" 2>&1 & pids+=($!)
+wait_port "$static_port"; wait_port "$mock_port"
+
+start_nginx() {  # name workers rate sse
+  local name=$1 workers=$2 rate=$3 target=$4 p; p=$(port)
+  mkdir -p "$work/$name"
+  cat > "$work/$name/nginx.conf" <<CONF
+worker_processes $workers;
+pid $work/$name/nginx.pid;
+error_log $work/$name/error.log warn;
+events { worker_connections 16384; }
+http {
+  access_log $work/$name/access.log;
+  client_body_temp_path $work/$name; proxy_temp_path $work/$name; fastcgi_temp_path $work/$name;
+  uwsgi_temp_path $work/$name; scgi_temp_path $work/$name;
+  keepalive_requests 1000000;
+  limit_req_zone \$http_authorization zone=keys:10m rate=$rate;
+  limit_req_status 429;
+  upstream backend { server 127.0.0.1:$target; keepalive 256; }
+  server {
+    listen 127.0.0.1:$p;
+    location / {
+      limit_req zone=keys burst=100000 nodelay;
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      proxy_buffering off;
+    }
+  }
+}
+CONF
+  if [ "$rate" != "1000000r/s" ]; then sed -i 's/burst=100000 nodelay/burst=5 nodelay/' "$work/$name/nginx.conf"; fi
+  nginx -c "$work/$name/nginx.conf" -g 'daemon off;' & pids+=($!); echo "$p $!"
+}
+
+start_tokengate() {  # name workers tenant_capacity target
+  local name=$1 workers=$2 capacity=$3 target=$4 p; p=$(port)
+  mkdir -p "$work/$name"
+  {
+    echo "server: { listen: 127.0.0.1:$p, threads: $workers, max_connections: 100000 }"
+    echo "admin: { enabled: false }"
+    echo "upstreams: [ { name: backend, url: \"http://127.0.0.1:$target\", max_connections: 256 } ]"
+    echo "routes:"
+    echo "  - path: /v1/chat/completions"
+    echo "    upstreams: [backend]"
+    echo "    limits: [ { name: route-rps, algorithm: token_bucket, capacity: 1000000, rate: 1000000/s } ]"
+    echo "models: { llama3-8b: { cost_factor: 1.0 }, \"*\": { cost_factor: 1.0 } }"
+    echo "tiers:"
+    echo "  standard:"
+    echo "    limits:"
+    echo "      - { name: requests, algorithm: token_bucket, capacity: $capacity, rate: $capacity/s }"
+    echo "      - { name: tokens, algorithm: token_bucket, capacity: $((capacity * 10)), rate: $((capacity * 10))/s, unit: cost }"
+    echo "tenants:"
+    for i in $(seq 100); do echo "  - { id: t$i, tier: standard, keys: [ \"bench-key-$i\" ] }"; done
+    echo "ip_limits: [ { name: per-ip, algorithm: token_bucket, capacity: 100000000, rate: 100000000/s } ]"
+    echo "global_limits: [ { name: gpu, algorithm: leaky_bucket, mode: police, capacity: 1000000000, rate: 1000000000/s, unit: cost } ]"
+    echo "log: { access: $work/$name/access.log, level: warn }"
+  } > "$work/$name/gateway.yaml"
+  "$bin" serve -c "$work/$name/gateway.yaml" > "$work/$name/out.log" 2>&1 & pids+=($!); echo "$p $!"
+}
+
+run_wrk() {  # port conns stream
+  BENCH_STREAM=$3 wrk -t2 -c"$2" -d"${secs}s" --latency -s bench/wrk-chat.lua "http://127.0.0.1:$1" 2>&1 | grep '^RESULT' || echo "RESULT 0 0 0 0 0 0"
+}
+
+printf '%-15s %3s %5s %10s %9s %9s %8s %9s %9s\n' config workers conns "req/s" "p50 ms" "p99 ms" non-2xx "x nginx" "p99 x"
+for workers in 1 2; do
+  for scenario in json 429 sse; do
+    target=$static_port; stream=0; ng_rate="1000000r/s"; tg_cap=1000000
+    [ "$scenario" = sse ] && { target=$mock_port; stream=1; }
+    [ "$scenario" = 429 ] && { ng_rate="1r/s"; tg_cap=2; }
+    read -r ng_port ng_pid < <(start_nginx "nginx-$scenario-$workers" "$workers" "$ng_rate" "$target")
+    read -r tg_port tg_pid < <(start_tokengate "tg-$scenario-$workers" "$workers" "$tg_cap" "$target")
+    wait_port "$ng_port"; wait_port "$tg_port"
+    for conns in 64 256; do
+      read -r _ n_rps n_p50 n_p99 n_bad _ _ < <(run_wrk "$ng_port" "$conns" "$stream")
+      read -r _ t_rps t_p50 t_p99 t_bad _ _ < <(run_wrk "$tg_port" "$conns" "$stream")
+      ratio=$(python3 -c "print(f'{$t_rps/max($n_rps,1):.2f}')"); p99r=$(python3 -c "print(f'{$t_p99/max($n_p99,0.001):.2f}')")
+      printf '%-15s %3s %5s %10s %9s %9s %8s %9s %9s\n' "nginx-$scenario" "$workers" "$conns" "$n_rps" "$n_p50" "$n_p99" "$n_bad" "1.00" "1.00"
+      printf '%-15s %3s %5s %10s %9s %9s %8s %9s %9s\n' "tokengate-$scenario" "$workers" "$conns" "$t_rps" "$t_p50" "$t_p99" "$t_bad" "$ratio" "$p99r"
+    done
+    kill "$ng_pid" "$tg_pid" 2>/dev/null || true; sleep 0.3
+  done
+done
+echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB; $(date -u +%Y-%m-%d); wrk -t2, ${secs}s per run; logs in $work"

@@ -1,0 +1,28 @@
+// The SSE usage extractor and the JSON usage reader on arbitrary upstream bytes, split at
+// arbitrary points: no crash, and with hiding off the bytes pass through unchanged.
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "tokengate/cost/usage.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    if (size < 1) return 0;
+    std::size_t piece = 1 + data[0] % 64;
+    std::string_view stream(reinterpret_cast<const char*>(data + 1), size - 1);
+    tokengate::cost::SseUsageFilter hiding(true, 4096), passing(false, 4096);
+    tokengate::cost::JsonUsageReader json;
+    std::string passed;
+    for (std::size_t i = 0; i < stream.size(); i += piece) {
+        auto chunk = stream.substr(i, piece);
+        bool last = i + piece >= stream.size();
+        (void)hiding.feed(chunk, last);
+        passed += passing.feed(chunk, last);
+        json.feed(chunk);
+    }
+    if (stream.empty()) passed += passing.feed({}, true);
+    (void)json.finish();
+    if (passed != stream) std::abort();
+    return 0;
+}
