@@ -1,13 +1,17 @@
 #include "tokengate/server/responses.hpp"
 
-#include <nlohmann/json.hpp>
+#include "tokengate/core/json_writer.hpp"
 
 namespace tokengate::server {
 
 std::string error_body(std::string_view message, std::string_view type, std::string_view code) {
-    nlohmann::json body = {{"error",
-                            {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}}}};
-    return body.dump();
+    std::string inner;
+    core::JsonObjectWriter e(inner);
+    e.string("message", message).string("type", type).null("param").string("code", code);
+    e.close();
+    std::string out;
+    core::JsonObjectWriter(out).raw("error", inner).close();
+    return out;
 }
 
 http::response<http::string_body> error_response(http::status status, std::string_view type,

@@ -5,7 +5,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/http.hpp>
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include <random>
@@ -14,6 +13,7 @@
 #include "services.hpp"
 #include "tokengate/auth/key_table.hpp"
 #include "tokengate/classify/classify.hpp"
+#include "tokengate/core/json_writer.hpp"
 #include "tokengate/core/sha256.hpp"
 #include "tokengate/cost/cost.hpp"
 #include "tokengate/cost/usage.hpp"
@@ -237,27 +237,30 @@ private:
         if (r.completion_tokens) m.tokens.add({r.tenant, r.model, "completion"}, static_cast<double>(r.completion_tokens));
         if (!services_.access_log) return;
         auto now = services_.clock.now();
-        nlohmann::json line = {
-            {"ts", static_cast<double>(services_.clock.unix_now()) / 1e9},
-            {"request_id", r.request_id},
-            {"client_ip", r.client_ip},
-            {"method", r.method},
-            {"path", r.path},
-            {"tenant", r.tenant},
-            {"key_id", r.key_id},
-            {"model", r.model},
-            {"route", r.route},
-            {"upstream", r.upstream},
-            {"status", r.status},
-            {"rejected_by", r.rejected_limit.empty() ? "" : r.rejected_level + ":" + r.rejected_limit},
-            {"cost_reserved", r.cost_reserved},
-            {"cost_settled", r.cost_settled},
-            {"prompt_tokens", r.prompt_tokens},
-            {"completion_tokens", r.completion_tokens},
-            {"ttfb_ms", r.first_byte < 0 ? nullptr : nlohmann::json(static_cast<double>(r.first_byte - r.started) / 1e6)},
-            {"duration_ms", static_cast<double>(now - r.started) / 1e6},
-        };
-        services_.access_log->info(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+        std::string line;
+        line.reserve(512);
+        core::JsonObjectWriter w(line);
+        w.number("ts", static_cast<double>(services_.clock.unix_now()) / 1e9)
+            .string("request_id", r.request_id)
+            .string("client_ip", r.client_ip)
+            .string("method", r.method)
+            .string("path", r.path)
+            .string("tenant", r.tenant)
+            .string("key_id", r.key_id)
+            .string("model", r.model)
+            .string("route", r.route)
+            .string("upstream", r.upstream)
+            .integer("status", r.status)
+            .string("rejected_by", r.rejected_limit.empty() ? std::string() : r.rejected_level + ":" + r.rejected_limit)
+            .number("cost_reserved", r.cost_reserved)
+            .number("cost_settled", r.cost_settled)
+            .integer("prompt_tokens", r.prompt_tokens)
+            .integer("completion_tokens", r.completion_tokens);
+        if (r.first_byte < 0) w.null("ttfb_ms");
+        else w.number("ttfb_ms", static_cast<double>(r.first_byte - r.started) / 1e6);
+        w.number("duration_ms", static_cast<double>(now - r.started) / 1e6);
+        w.close();
+        services_.access_log->info(line);
     }
 
     /// Watches the client socket while the upstream works, so a client that goes away

@@ -1,0 +1,36 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace tokengate::core {
+
+/// Appends `text` as a JSON string literal: quotes, backslashes and control characters
+/// escaped, invalid UTF-8 replaced by U+FFFD, so every line stays valid JSON.
+void append_json_string(std::string& out, std::string_view text);
+
+/// Appends a number the way JSON libraries print it: shortest round-trip form, with ".0" on
+/// whole doubles ("11.0"), so log consumers see one stable format.
+void append_json_number(std::string& out, double value);
+
+/// Builds one flat JSON object without a DOM: the access log and error bodies are on the hot
+/// path, where building and serialising a tree cost more than the rest of a 429.
+class JsonObjectWriter {
+public:
+    explicit JsonObjectWriter(std::string& out) : out_(out) { out_.push_back('{'); }
+    JsonObjectWriter& string(std::string_view key, std::string_view value);
+    JsonObjectWriter& number(std::string_view key, double value);
+    JsonObjectWriter& integer(std::string_view key, std::uint64_t value);
+    JsonObjectWriter& null(std::string_view key);
+    /// A value that is already JSON (a nested object).
+    JsonObjectWriter& raw(std::string_view key, std::string_view json);
+    void close() { out_.push_back('}'); }
+
+private:
+    void key(std::string_view k);
+    std::string& out_;
+    bool first_ = true;
+};
+
+}  // namespace tokengate::core

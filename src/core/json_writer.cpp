@@ -1,0 +1,114 @@
+#include "tokengate/core/json_writer.hpp"
+
+#include <charconv>
+#include <cmath>
+
+namespace tokengate::core {
+
+namespace {
+
+/// Length of the valid UTF-8 sequence at `s[i]`, or 0 if it is not one.
+std::size_t utf8_length(std::string_view s, std::size_t i) {
+    auto c = static_cast<unsigned char>(s[i]);
+    std::size_t n = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c <= 0xDF ? 2 : 0;
+    if (n == 0 || i + n > s.size()) return 0;
+    for (std::size_t k = 1; k < n; ++k)
+        if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 0;
+    return n;
+}
+
+}  // namespace
+
+void append_json_string(std::string& out, std::string_view text) {
+    static constexpr char k_hex[] = "0123456789abcdef";
+    out.push_back('"');
+    std::size_t i = 0;
+    while (i < text.size()) {
+        // Copy the longest run that needs no escaping in one append.
+        std::size_t run = i;
+        while (run < text.size()) {
+            auto c = static_cast<unsigned char>(text[run]);
+            if (c < 0x20 || c == '"' || c == '\\' || c >= 0x80) break;
+            ++run;
+        }
+        out.append(text.data() + i, run - i);
+        i = run;
+        if (i == text.size()) break;
+        auto c = static_cast<unsigned char>(text[i]);
+        if (c >= 0x80) {
+            auto n = utf8_length(text, i);
+            if (n == 0) {
+                out += "\\ufffd";
+                ++i;
+            } else {
+                out.append(text.data() + i, n);
+                i += n;
+            }
+            continue;
+        }
+        switch (c) {
+            case '"': out += "\\\""; break;
+            case '\\': out += "\\\\"; break;
+            case '\n': out += "\\n"; break;
+            case '\r': out += "\\r"; break;
+            case '\t': out += "\\t"; break;
+            default:
+                out += "\\u00";
+                out.push_back(k_hex[c >> 4]);
+                out.push_back(k_hex[c & 15]);
+        }
+        ++i;
+    }
+    out.push_back('"');
+}
+
+void append_json_number(std::string& out, double value) {
+    if (!std::isfinite(value)) {
+        out += "null";
+        return;
+    }
+    char buf[32];
+    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
+    std::string_view text(buf, static_cast<std::size_t>(end - buf));
+    out.append(text);
+    if (text.find_first_of(".en") == std::string_view::npos) out += ".0";
+}
+
+void JsonObjectWriter::key(std::string_view k) {
+    if (!first_) out_.push_back(',');
+    first_ = false;
+    append_json_string(out_, k);
+    out_.push_back(':');
+}
+
+JsonObjectWriter& JsonObjectWriter::string(std::string_view k, std::string_view value) {
+    key(k);
+    append_json_string(out_, value);
+    return *this;
+}
+
+JsonObjectWriter& JsonObjectWriter::number(std::string_view k, double value) {
+    key(k);
+    append_json_number(out_, value);
+    return *this;
+}
+
+JsonObjectWriter& JsonObjectWriter::integer(std::string_view k, std::uint64_t value) {
+    key(k);
+    out_ += std::to_string(value);
+    return *this;
+}
+
+JsonObjectWriter& JsonObjectWriter::null(std::string_view k) {
+    key(k);
+    out_ += "null";
+    return *this;
+}
+
+JsonObjectWriter& JsonObjectWriter::raw(std::string_view k, std::string_view json) {
+    key(k);
+    out_.append(json);
+    return *this;
+}
+
+}  // namespace tokengate::core
