@@ -214,6 +214,8 @@ private:
 GatewayMetrics::GatewayMetrics(metrics::Registry& r)
     : requests(r.counter("tokengate_requests_total", "Requests answered, by tenant, route and status.",
                          {"tenant", "route", "status"})),
+      admitted(r.counter("tokengate_admitted_total", "Requests admitted by every limit.", {"tenant"})),
+      settled(r.counter("tokengate_settled_total", "Admitted requests settled (exactly once each).", {"tenant"})),
       rejections(r.counter("tokengate_rejections_total", "Requests refused with 429, by the limit that refused.",
                            {"level", "limit", "tenant"})),
       shadow_rejections(r.counter("tokengate_shadow_rejections_total",

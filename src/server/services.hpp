@@ -32,6 +32,8 @@ namespace beast = boost::beast;
 struct GatewayMetrics {
     explicit GatewayMetrics(metrics::Registry& r);
     metrics::Family& requests;
+    metrics::Family& admitted;
+    metrics::Family& settled;
     metrics::Family& rejections;
     metrics::Family& shadow_rejections;
     metrics::Family& cost_reserved;

@@ -121,11 +121,12 @@ struct RequestRecord {
     Nanos first_byte = -1;
 };
 
-/// Settles an admitted request exactly once, whichever way the exchange ends.
+/// Settles an admitted request exactly once, whichever way the exchange ends, and counts it.
 class Settlement {
 public:
-    Settlement(limiter::BucketStore& store, std::vector<limiter::Charge> charged, double reserved)
-        : store_(store), charged_(std::move(charged)), reserved_(reserved) {}
+    Settlement(limiter::BucketStore& store, std::vector<limiter::Charge> charged, double reserved,
+               metrics::Family& settled, std::string_view tenant)
+        : store_(store), charged_(std::move(charged)), reserved_(reserved), settled_(settled), tenant_(tenant) {}
     Settlement(const Settlement&) = delete;
     Settlement& operator=(const Settlement&) = delete;
     ~Settlement() { settle(reserved_); }
@@ -133,12 +134,15 @@ public:
         if (done_) return;
         done_ = true;
         limiter::settle(store_, charged_, actual_cost);
+        settled_.add({tenant_});
     }
 
 private:
     limiter::BucketStore& store_;
     std::vector<limiter::Charge> charged_;
     double reserved_;
+    metrics::Family& settled_;
+    std::string_view tenant_;  // lives in the config snapshot the request holds
     bool done_ = false;
 };
 
@@ -397,7 +401,9 @@ private:
                                             headers);
         }
         rec.cost_reserved = reserved;
-        Settlement settlement(services_.store, limiter::charged(charges, decision), reserved);
+        services_.metrics.admitted.add({tenant.id});
+        Settlement settlement(services_.store, limiter::charged(charges, decision), reserved, services_.metrics.settled,
+                              tenant.id);
 
         auto watch = std::make_shared<proxy::ExchangeWatch>();
         auto watcher_exited = std::make_shared<net::steady_timer>(stream_.get_executor(),
