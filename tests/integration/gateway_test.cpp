@@ -80,9 +80,7 @@ TEST(Gateway, StreamsSseInOrderBeforeTheUpstreamFinishes) {
     GatewayUnderTest gw(k_basic, "", /*mock tokens/s*/ 20);
     RawClient c(gw.port());
     auto body = chat_body("llama3-8b", "Hello", 20, true);
-    ASSERT_TRUE(c.send_all("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer test-key-1\r\n"
-                           "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-                           "\r\n\r\n" + body));
+    ASSERT_TRUE(c.send_all(raw_post("/v1/chat/completions", "test-key-1", body)));
     auto start = steady::now();
     auto head = c.read_some(10s, "\"The\"");
     auto first_token_at = steady::now() - start;
@@ -217,8 +215,7 @@ TEST(Gateway, ClientDisconnectCancelsTheUpstreamRequest) {
     {
         RawClient c(gw.port());
         auto body = chat_body("m", "x", 60, true);
-        c.send_all("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer test-key-1\r\n"
-                   "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+        c.send_all(raw_post("/v1/chat/completions", "test-key-1", body));
         auto first = c.read_some(5s, "\"The\"");
         ASSERT_NE(first.find("\"The\""), std::string::npos);
     }  // the client goes away after the first token of a six-second stream
@@ -237,8 +234,7 @@ TEST(Gateway, NonStreamingClientDisconnectAlsoCancels) {
     {
         RawClient c(gw.port());
         auto body = chat_body("m", "x", 1, false);
-        c.send_all("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer test-key-1\r\n"
-                   "x-mock-delay-ms: 10000\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+        c.send_all(raw_post("/v1/chat/completions", "test-key-1", body, "x-mock-delay-ms: 10000\r\n"));
         std::this_thread::sleep_for(300ms);
     }
     bool cancelled = false;
@@ -255,15 +251,7 @@ class CapturingUpstream {
 public:
     CapturingUpstream() : port_(free_port()) {
         listener_ = std::thread([this] {
-            int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-            int one = 1;
-            ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-            sockaddr_in addr{};
-            addr.sin_family = AF_INET;
-            addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-            addr.sin_port = htons(port_);
-            ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-            ::listen(fd, 4);
+            int fd = listen_loopback(port_, 4);
             ready_.set_value();
             int c = ::accept(fd, nullptr, nullptr);
             std::string got;
@@ -320,8 +308,7 @@ TEST(Gateway, SigtermDrainsInFlightStreamsThenExits) {
     GatewayUnderTest gw(k_basic, "  drain_timeout: 10s\n", /*tokens/s*/ 20);
     RawClient streaming(gw.port());
     auto body = chat_body("m", "x", 20, true);
-    streaming.send_all("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer test-key-1\r\n"
-                       "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+    streaming.send_all(raw_post("/v1/chat/completions", "test-key-1", body));
     ASSERT_NE(streaming.read_some(5s, "\"The\"").find("\"The\""), std::string::npos);
     RawClient idle(gw.port());
     ASSERT_TRUE(idle.connected());

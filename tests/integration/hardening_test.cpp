@@ -37,15 +37,7 @@ class FaultyUpstream {
 public:
     enum class End { close, reset, stall };
     FaultyUpstream(std::string reply, End end) : port_(free_port()), reply_(std::move(reply)), end_(end) {
-        fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-        int one = 1;
-        ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        sockaddr_in addr{};
-        addr.sin_family = AF_INET;
-        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        addr.sin_port = htons(port_);
-        ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-        ::listen(fd_, 16);
+        fd_ = listen_loopback(port_, 16);
         thread_ = std::thread([this] {
             while (!stop_) {
                 int c = ::accept(fd_, nullptr, nullptr);
@@ -126,8 +118,7 @@ TEST(UpstreamFaults, BodyShorterThanContentLengthEndsTheClientConnection) {
     GatewayUnderTest gw(k_routes, "", 1000, up.upstream_yaml());
     RawClient c(gw.port());
     auto body = chat_body("m", "hi", 500, false);
-    c.send_all("POST /fault/v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\nContent-Length: " +
-               std::to_string(body.size()) + "\r\n\r\n" + body);
+    c.send_all(raw_post("/fault/v1/chat/completions", "k1", body));
     auto got = c.read_some(5s);
     EXPECT_NE(got.find("HTTP/1.1 200"), std::string::npos);
     EXPECT_NE(got.find("Content-Length: 100"), std::string::npos);
@@ -146,8 +137,7 @@ TEST(UpstreamFaults, ResetMidStreamEndsTheStreamAndChargesWhatWasSent) {
     GatewayUnderTest gw(k_routes, "", 1000, up.upstream_yaml());
     RawClient c(gw.port());
     auto body = chat_body("m", "hi", 500, true);
-    c.send_all("POST /fault/v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\nContent-Length: " +
-               std::to_string(body.size()) + "\r\n\r\n" + body);
+    c.send_all(raw_post("/fault/v1/chat/completions", "k1", body));
     auto got = c.read_some(5s, "Hello");
     EXPECT_NE(got.find("Hello"), std::string::npos) << got;
     EXPECT_TRUE(c.wait_closed(5s)) << "the client sees the stream end";

@@ -250,6 +250,25 @@ Response send_request(unsigned short port, const Request& request, std::chrono::
     return response;
 }
 
+std::string raw_post(const std::string& path, const std::string& key, const std::string& body,
+                     const std::string& extra_headers) {
+    return "POST " + path + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key + "\r\n" + extra_headers +
+           "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+int listen_loopback(unsigned short port, int backlog) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(port);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, backlog) != 0)
+        throw std::runtime_error("cannot listen on port " + std::to_string(port));
+    return fd;
+}
+
 std::string chat_body(const std::string& model, const std::string& content, int max_tokens, bool stream,
                       bool include_usage) {
     std::string body = R"({"model":")" + model + R"(","messages":[{"role":"user","content":")" + content + R"("}])";

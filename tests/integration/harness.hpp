@@ -74,6 +74,13 @@ private:
     bool peer_closed_ = false;
 };
 
+/// The bytes of a POST with a Bearer key and a body, for RawClient (extra: "Name: value\r\n"...).
+std::string raw_post(const std::string& path, const std::string& key, const std::string& body,
+                     const std::string& extra_headers = "");
+
+/// A listening TCP socket on 127.0.0.1:port (SO_REUSEADDR); returns the descriptor.
+int listen_loopback(unsigned short port, int backlog);
+
 std::string chat_body(const std::string& model, const std::string& content, int max_tokens, bool stream,
                       bool include_usage = false);
 

@@ -80,8 +80,7 @@ TEST(Shaping, AClientThatLeavesTheQueueGivesItsPlaceBack) {
     {
         RawClient leaver(gw.port());
         auto body = chat_body("m", "hi", 1, false);
-        leaver.send_all("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\n"
-                        "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+        leaver.send_all(raw_post("/v1/chat/completions", "k1", body));
         std::this_thread::sleep_for(300ms);  // queued, holding the only waiting place
     }
     std::this_thread::sleep_for(300ms);
@@ -109,8 +108,7 @@ TEST(Concurrency, LimitsInFlightAndReleasesOnEveryExit) {
     for (int i = 0; i < 2; ++i) {
         RawClient leaver(gw.port());
         auto body = chat_body("m", "hi", 1, false);
-        leaver.send_all("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\n"
-                        "x-mock-delay-ms: 5000\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+        leaver.send_all(raw_post("/v1/chat/completions", "k1", body, "x-mock-delay-ms: 5000\r\n"));
         std::this_thread::sleep_for(200ms);
     }
     std::this_thread::sleep_for(300ms);

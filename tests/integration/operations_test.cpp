@@ -148,8 +148,7 @@ TEST(Operations, ReadinessFailsWhileDraining) {
     GatewayUnderTest gw(config(5), "  drain_timeout: 5s\n", /*tokens/s*/ 10);
     RawClient streaming(gw.port());
     auto body = chat_body("m", "hi", 30, true);
-    streaming.send_all("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\n"
-                       "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+    streaming.send_all(raw_post("/v1/chat/completions", "k1", body));
     ASSERT_NE(streaming.read_some(5s, "\"The\"").find("\"The\""), std::string::npos);
     ::kill(gw.gateway().pid(), SIGTERM);
     std::this_thread::sleep_for(200ms);

@@ -61,8 +61,7 @@ TEST(Settlement, AClientThatLeavesMidStreamPaysForWhatItReceived) {
     {
         RawClient c(gw.port());
         auto body = chat_body("m", "hi", 500, true);
-        c.send_all("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\n"
-                   "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+        c.send_all(raw_post("/v1/chat/completions", "k1", body));
         auto got = c.read_some(5s, "\" brown\"");
         ASSERT_NE(got.find("x-ratelimit-remaining-tokens: 88"), std::string::npos) << got;
     }  // three of 64 tokens received
