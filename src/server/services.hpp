@@ -42,6 +42,7 @@ struct GatewayMetrics {
     metrics::Family& upstream_duration;
     metrics::Family& upstream_ttfb;
     metrics::Family& queue_depth;
+    metrics::Family& queue_wait;
     metrics::Family& inflight;
     metrics::Family& remaining_ratio;
     metrics::Family& config_reloads;

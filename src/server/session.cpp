@@ -309,6 +309,7 @@ private:
                 continue;
             }
             store.queue_set_waker(charges[i], ticket, wake);
+            auto queued_at = services_.clock.now();
             for (;;) {
                 if (watch.client_gone) {
                     store.queue_cancel(charges[i], ticket);
@@ -316,7 +317,11 @@ private:
                     break;
                 }
                 auto check = store.queue_try_start(charges[i], ticket);
-                if (check.started || check.unknown) break;
+                if (check.started || check.unknown) {
+                    services_.metrics.queue_wait.observe({charges[i].spec->name},
+                                                         static_cast<double>(services_.clock.now() - queued_at) / 1e9);
+                    break;
+                }
                 // Not first yet: sleep until the estimated start, or until the queue wakes us.
                 auto until = std::max(check.wait_until, services_.clock.now() + 1'000'000);
                 timer->expires_at(net::steady_timer::time_point(std::chrono::nanoseconds(until)));

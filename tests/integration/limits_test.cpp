@@ -45,6 +45,9 @@ TEST(Shaping, ReleasesABurstAtTheConfiguredRate) {
         done.push_back(at);
     }
     std::sort(done.begin(), done.end());
+    auto metrics = send_request(gw.admin_port(), Request{"GET", "/metrics", {}, ""}).body;
+    EXPECT_NE(metrics.find("tokengate_queue_wait_seconds_count{limit=\"gpu\"} 5"), std::string::npos)
+        << "five of six waited: " << metrics;
     // Five gaps of 200 ms: the burst is spread over about a second, not answered at once.
     EXPECT_GE(done.back() - done.front(), 800ms);
     EXPECT_LT(done.back() - done.front(), 3s);
@@ -117,6 +120,26 @@ TEST(Concurrency, LimitsInFlightAndReleasesOnEveryExit) {
     EXPECT_EQ(gw.request(chat_request("k1", {{"x-mock-status", "500"}})).status, 500);
     EXPECT_EQ(gw.request(chat_request("k1", {{"x-mock-status", "500"}})).status, 500);
     EXPECT_EQ(gw.request(chat_request("k1")).status, 200);
+}
+
+TEST(IpLimits, ForwardedForCountsOnlyFromTrustedProxies) {
+    std::string routes = config_with("      - { name: requests, algorithm: token_bucket, capacity: 100, rate: 100/s }\n") +
+                         "ip_limits: [ { name: per-ip, algorithm: token_bucket, capacity: 1, rate: 0.01/s } ]\n";
+    auto from = [](const std::string& chain) { return chat_request("k1", {{"X-Forwarded-For", chain}}); };
+    {
+        GatewayUnderTest trusting(routes, "  trusted_proxies: [127.0.0.1/32, 10.0.0.0/8]\n");
+        // The client is the rightmost address that is not a trusted proxy.
+        EXPECT_EQ(trusting.request(from("203.0.113.5, 10.1.1.1")).status, 200);
+        auto again = trusting.request(from("198.51.100.7, 203.0.113.5"));
+        EXPECT_EQ(again.status, 429) << "203.0.113.5 already spent its one request";
+        EXPECT_EQ(trusting.request(from("203.0.113.6")).status, 200) << "another client has its own bucket";
+    }
+    {
+        GatewayUnderTest untrusting(routes);
+        EXPECT_EQ(untrusting.request(from("203.0.113.5")).status, 200);
+        EXPECT_EQ(untrusting.request(from("203.0.113.6")).status, 429)
+            << "without trusted proxies X-Forwarded-For is ignored: both are 127.0.0.1";
+    }
 }
 
 TEST(AllOrNothing, AGlobalRefusalChargesNoTenant) {
