@@ -22,9 +22,15 @@ run_fuzz() {
         echo "=== fuzz $target (${FUZZ_SECONDS:-60} s)"
         local work="build/fuzz/work-$target"
         mkdir -p "$work"
+        local status=0
         build/fuzz/fuzz_$target -max_total_time="${FUZZ_SECONDS:-60}" -timeout=10 -print_final_stats=1 \
-            "$work" "tests/fuzz/corpus/$target" 2>&1 | grep -E "^(Done|stat::number_of_executed_units|==|SUMMARY)" || true
-        [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "fuzz target $target failed" >&2; exit 1; }
+            -artifact_prefix=build/fuzz/ "$work" "tests/fuzz/corpus/$target" > "build/fuzz/$target.log" 2>&1 || status=$?
+        grep -E "^(Done|stat::number_of_executed_units|==|SUMMARY)" "build/fuzz/$target.log" || true
+        if [ "$status" -ne 0 ]; then
+            tail -60 "build/fuzz/$target.log"
+            echo "fuzz target $target found a failure (exit $status); the input is in build/fuzz/" >&2
+            exit 1
+        fi
     done
 }
 

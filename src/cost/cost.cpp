@@ -136,9 +136,14 @@ std::string with_stream_usage(std::string_view body, bool has_stream_options) {
         out.append(rest);
         return out;
     }
+    // Never throws (data plane): a body that is not an object is passed on unchanged, and a
+    // stream_options that is not an object is replaced.
     json doc = json::parse(body, nullptr, false);
-    doc["stream_options"]["include_usage"] = true;
-    return doc.dump();
+    if (!doc.is_object()) return std::string(body);
+    auto& options = doc["stream_options"];
+    if (!options.is_object()) options = json::object();
+    options["include_usage"] = true;
+    return doc.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 double cost_factor(const std::vector<config::ModelCost>& models, std::string_view model) {
@@ -180,6 +185,17 @@ ParsedBody parse_request_body(std::string_view body, const config::CostConfig& c
     };
     simdjson::dom::object root;
     if (doc.get_object().get(root) != simdjson::SUCCESS) return invalid("The request body must be a JSON object.");
+    // A key that prices the request must appear once: parsers disagree on duplicates (the
+    // upstream's Python keeps the last), so "max_tokens":1,...,"max_tokens":4000 could be priced
+    // by one and honoured by the other. Found by fuzzing.
+    static constexpr std::array<std::string_view, 9> k_priced = {"model", "stream", "stream_options", "max_tokens",
+                                                                  "max_completion_tokens", "messages", "prompt",
+                                                                  "tools", "functions"};
+    std::array<int, k_priced.size()> seen{};
+    for (auto it = root.begin(); it != root.end(); ++it)
+        for (std::size_t k = 0; k < k_priced.size(); ++k)
+            if (it.key() == k_priced[k] && ++seen[k] > 1)
+                return invalid("duplicate key '" + std::string(k_priced[k]) + "' in the request body");
     element v;
     if (root.at_key("model").get(v) == simdjson::SUCCESS) {
         std::string_view model;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
+#include <optional>
 
 #include "admission.hpp"
 #include "services.hpp"
@@ -79,10 +80,16 @@ Response explain(Services& services, const Runtime& rt, const std::string& body)
     if (!in.is_object() || !in.contains("key") || !in["key"].is_string())
         return admin_error(http::status::bad_request, "invalid_body",
                            R"(Send {"key": "<api key>", "path": "/v1/chat/completions", "body": {...}}.)");
-    std::string path = in.value("path", std::string("/v1/chat/completions"));
-    std::string client_ip = in.value("client_ip", std::string("127.0.0.1"));
+    auto text = [&](const char* key, std::string fallback) -> std::optional<std::string> {
+        if (!in.contains(key)) return fallback;
+        if (!in[key].is_string()) return std::nullopt;
+        return in[key].get<std::string>();
+    };
+    auto path = text("path", "/v1/chat/completions");
+    auto client_ip = text("client_ip", "127.0.0.1");
+    if (!path || !client_ip) return admin_error(http::status::bad_request, "invalid_body", "'path' and 'client_ip' must be strings.");
     std::string request_body = in.contains("body") ? in["body"].dump() : std::string();
-    auto a = admit_request(rt, in["key"].get<std::string>(), path, client_ip, request_body);
+    auto a = admit_request(rt, in["key"].get<std::string>(), *path, *client_ip, request_body);
     switch (a.error) {
         case Admission::Error::none: break;
         case Admission::Error::unauthorized: return admin_error(http::status::bad_request, "invalid_api_key", a.message);

@@ -107,6 +107,8 @@ TEST(Operations, ExplainChargesNothing) {
     EXPECT_EQ(after["rejection"]["code"], "rate_limit_exceeded");
     auto bad = gw.admin(Request{"POST", "/admin/explain", {}, R"({"key":"nope","body":{}})"});
     EXPECT_EQ(bad.status, 400);
+    EXPECT_EQ(gw.admin(Request{"POST", "/admin/explain", {}, R"({"key":"k1","path":5})"}).status, 400);
+    EXPECT_EQ(gw.admin(Request{"POST", "/admin/explain", {}, "not json"}).status, 400);
 }
 
 TEST(Operations, ReloadKeepsBucketStateAndAppliesChanges) {

@@ -59,6 +59,14 @@ TEST(ParseRequestBody, MaxCompletionTokensWinsAndDefaultApplies) {
     EXPECT_EQ(parse_request_body("", c).summary.max_output_tokens, 0u);
 }
 
+TEST(ParseRequestBody, DuplicatePricingKeysAreRefused) {
+    config::CostConfig c;
+    auto p = parse_request_body(R"({"max_tokens":1,"messages":[],"max_tokens":4000})", c);
+    EXPECT_EQ(p.error, BodyError::invalid_body);
+    EXPECT_NE(p.message.find("duplicate key 'max_tokens'"), std::string::npos);
+    EXPECT_EQ(parse_request_body(R"({"user":"a","user":"b"})", c).error, BodyError::none) << "only keys that price";
+}
+
 TEST(ParseRequestBody, Errors) {
     config::CostConfig c;
     EXPECT_EQ(parse_request_body("{not json", c).error, BodyError::invalid_json);
@@ -80,6 +88,10 @@ TEST(WithStreamUsage, InsertsOrSetsIncludeUsage) {
     auto added = with_stream_usage(R"({"model":"m","stream":true})", false);
     EXPECT_EQ(added, R"({"stream_options":{"include_usage":true},"model":"m","stream":true})");
     EXPECT_EQ(with_stream_usage("{}", false), R"({"stream_options":{"include_usage":true}})");
+    // Fuzz regression: stream_options of the wrong type used to throw on the data plane.
+    auto replaced = nlohmann::json::parse(with_stream_usage(R"({"stream":true,"stream_options":"m"})", true));
+    EXPECT_EQ(replaced["stream_options"]["include_usage"], true);
+    EXPECT_EQ(with_stream_usage("[1]", true), "[1]");
     auto set = nlohmann::json::parse(with_stream_usage(R"({"stream_options":{"include_usage":false},"x":1})", true));
     EXPECT_EQ(set["stream_options"]["include_usage"], true);
     EXPECT_EQ(set["x"], 1);
