@@ -171,8 +171,10 @@ TEST(Clients, ConnectionsBeyondTheLimitAreRefusedCleanly) {
     for (int i = 0; i < 3; ++i) {
         held.push_back(std::make_unique<RawClient>(gw.port()));
         ASSERT_TRUE(held.back()->connected());
+        // A full exchange proves the gateway has accepted and counted this connection.
+        ASSERT_TRUE(held.back()->send_all("GET /nowhere HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\n\r\n"));
+        ASSERT_NE(held.back()->read_some(10s, "not_found").find("404"), std::string::npos);
     }
-    std::this_thread::sleep_for(200ms);
     RawClient extra(gw.port());
     auto reply = extra.read_some(3s);
     EXPECT_NE(reply.find("503"), std::string::npos) << reply;
