@@ -317,6 +317,26 @@ bool GatewayUnderTest::log_contains(const std::string& text, std::chrono::millis
     }
 }
 
+static double metric_total(const std::string& metrics, const std::string& name) {
+    double total = 0;
+    std::istringstream in(metrics);
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind(name + "{", 0) == 0) total += std::stod(line.substr(line.rfind(' ') + 1));
+    return total;
+}
+
+bool GatewayUnderTest::wait_settled(double admitted, std::chrono::milliseconds timeout) const {
+    auto deadline = clock_type::now() + timeout;
+    for (;;) {
+        auto m = send_request(admin_port_, Request{"GET", "/metrics", {}, ""}).body;
+        double a = metric_total(m, "tokengate_admitted_total"), s = metric_total(m, "tokengate_settled_total");
+        if (a >= admitted && a == s) return true;
+        if (clock_type::now() > deadline) return false;
+        std::this_thread::sleep_for(20ms);
+    }
+}
+
 void GatewayUnderTest::rewrite_config(const std::string& config_body) const {
     std::string tmp = dir_ + "/gateway.yaml.tmp";
     std::ofstream(tmp) << config_head_ << config_body;

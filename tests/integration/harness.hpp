@@ -97,6 +97,9 @@ public:
     /// The admin token the gateway was started with.
     static constexpr const char* admin_token = "test-admin-token";
     Response admin(Request r) const;
+    /// Waits until every admitted request has been settled (tokengate_admitted_total equals
+    /// tokengate_settled_total, with at least `admitted` admissions): no guessing with sleeps.
+    bool wait_settled(double admitted, std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
     /// Rewrites the config file (same listeners) for reload tests.
     void rewrite_config(const std::string& config_body) const;
     std::string log() const { return read_file(dir_ + "/gateway.log"); }

@@ -65,7 +65,7 @@ TEST(Settlement, AClientThatLeavesMidStreamPaysForWhatItReceived) {
         auto got = c.read_some(5s, "\" brown\"");
         ASSERT_NE(got.find("x-ratelimit-remaining-tokens: 88"), std::string::npos) << got;
     }  // three of 64 tokens received
-    std::this_thread::sleep_for(500ms);
+    ASSERT_TRUE(gw.wait_settled(1));
     auto next = gw.request(chat(1, false));  // reserves 1 + 1, generates at once
     // The cut stream settled at input 1 + output max(1, few/50) 1 + surcharge 1 = 3.
     EXPECT_EQ(next.header("x-ratelimit-remaining-tokens"), "95") << gw.log();
