@@ -72,6 +72,10 @@ net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& heal
             result.outcome = ForwardOutcome::client_gone;
             co_return result;
         }
+        if (acquired.pool_exhausted) {  // our own connection limit, not a sick upstream: no ejection
+            result.outcome = ForwardOutcome::upstream_timeout;
+            co_return result;
+        }
         if (acquired.ec) co_return fail_upstream(outcome_of(acquired.ec));
         conn = std::move(acquired.connection);
         watch->active = conn.get();

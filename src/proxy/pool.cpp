@@ -59,7 +59,7 @@ net::awaitable<ConnectionPool::Acquired> ConnectionPool::acquire(bool fresh) {
         waiters_.push_back(timer);
         auto [ec] = co_await timer->async_wait(k_use);
         std::erase(waiters_, timer);
-        if (!ec) co_return Acquired{beast::error::timeout, nullptr};  // no slot freed in time
+        if (!ec) co_return Acquired{beast::error::timeout, nullptr, true};  // no slot freed in time
     }
 }
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <future>
 #include <thread>
 
 #include "harness.hpp"
@@ -144,6 +145,28 @@ TEST(UpstreamFaults, ResetMidStreamEndsTheStreamAndChargesWhatWasSent) {
     EXPECT_EQ(got.find("0\r\n\r\n"), std::string::npos) << "no clean terminating chunk for a broken stream";
     // input 1 + output max(1, 1/50) + surcharge 1 = 3, then the follow-up's 2.
     expect_settled(gw, "95");
+}
+
+TEST(UpstreamFaults, AnExhaustedPoolIs504AndDoesNotEjectTheUpstream) {
+    GatewayUnderTest gw(k_plain_routes, "", 1000,
+                        "    max_connections: 1\n    timeouts: { first_byte: 1s }\n    eject: { consecutive_failures: 1, for: 30s }\n");
+    // Two workers share max_connections: 1 as one slot each, so hold both.
+    auto slow = [&] {
+        return gw.request(Request{"POST", "/v1/chat/completions", {{"Authorization", "Bearer k1"}, {"x-mock-delay-ms", "800"}},
+                                  chat_body("m", "hi", 1, false)});
+    };
+    std::vector<std::future<Response>> calls;
+    for (int i = 0; i < 6; ++i) calls.push_back(std::async(std::launch::async, slow));
+    int ok = 0, timed_out = 0;
+    for (auto& c : calls) {
+        auto r = c.get();
+        ok += r.status == 200;
+        timed_out += r.status == 504;
+    }
+    EXPECT_GE(ok, 1);
+    EXPECT_GE(timed_out, 1) << "some waited longer than first_byte for a pooled connection";
+    auto after = gw.request(Request{"POST", "/v1/chat/completions", {{"Authorization", "Bearer k1"}}, chat_body("m", "hi", 1, false)});
+    EXPECT_EQ(after.status, 200) << "waiting for our own pool is not an upstream failure: " << after.body;
 }
 
 TEST(Clients, SlowlorisHeadersAreCutAtTheHeaderTimeout) {

@@ -46,6 +46,7 @@ public:
     struct Acquired {
         beast::error_code ec;  // beast::error::timeout when no connection could be had in time
         std::unique_ptr<UpstreamConnection> connection;
+        bool pool_exhausted = false;  // timed out waiting for a free slot: not the upstream's fault
     };
     /// An idle pooled connection, or a new one. `fresh` skips the idle ones (a retry).
     net::awaitable<Acquired> acquire(bool fresh);
