@@ -1,6 +1,7 @@
 // Input-token estimation throughput on a 1 MB prompt built from tests/corpus (English,
-// Chinese, code, chat). BPE needs a rank file: TOKENGATE_TIKTOKEN=/path/cl100k_base.tiktoken
-// (the tiktoken reference test leaves one in <build>/tiktoken-reference/).
+// Chinese, code, chat). BPE needs a rank file: TOKENGATE_TIKTOKEN=/path/cl100k_base.tiktoken, e.g.
+//   node tests/tiktoken/reference.js <build>/tiktoken-reference/node_modules/tiktoken tests/corpus \
+//        /tmp/cl100k_base.tiktoken   (the npm package is there once the reference test has run)
 
 #include <benchmark/benchmark.h>
 

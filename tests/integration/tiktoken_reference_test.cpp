@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -33,25 +37,32 @@ std::string slurp(const fs::path& p) {
 class TiktokenReference : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
-        dir_ = fs::path(TOKENGATE_BUILD_DIR) / "tiktoken-reference";
+        // ctest runs every test in its own process, in parallel: the npm install is shared and
+        // serialised with a lock; each process writes its rank file and counts in its own folder.
+        auto shared = fs::path(TOKENGATE_BUILD_DIR) / "tiktoken-reference";
+        fs::create_directories(shared);
+        dir_ = shared / ("run-" + std::to_string(::getpid()));
         fs::create_directories(dir_);
-        if (!fs::exists(dir_ / "node_modules/tiktoken/package.json")) {
+        int lock = ::open((shared / "install.lock").c_str(), O_CREAT | O_RDWR, 0644);
+        ::flock(lock, LOCK_EX);
+        if (!fs::exists(shared / "node_modules/tiktoken/package.json")) {
             if (run("command -v npm > /dev/null && command -v node > /dev/null") != 0) {
                 skip_ = "npm or node is not installed";
-                return;
-            }
-            auto cmd = "cd '" + dir_.string() + "' && timeout 300 npm install --no-audit --no-fund --silent " +
-                       k_package + " > npm.log 2>&1";
-            if (run(cmd) != 0) {
-                skip_ = "the npm registry is unreachable (npm install " + std::string(k_package) + " failed; see " +
-                        (dir_ / "npm.log").string() + ")";
-                return;
+            } else {
+                auto cmd = "cd '" + shared.string() + "' && timeout 300 npm install --no-audit --no-fund --silent " +
+                           k_package + " > npm.log 2>&1";
+                if (run(cmd) != 0)
+                    skip_ = "the npm registry is unreachable (npm install " + std::string(k_package) + " failed; see " +
+                            (shared / "npm.log").string() + ")";
             }
         }
-        auto pkg = (dir_ / "node_modules/tiktoken").string();
+        ::flock(lock, LOCK_UN);
+        ::close(lock);
+        if (!skip_.empty()) return;
+        pkg_ = (shared / "node_modules/tiktoken").string();
         for (const auto& corpus : {k_repo / "tests/corpus", k_repo / "tests/tiktoken"}) {
             auto out = dir_ / ("counts-" + corpus.filename().string() + ".json");
-            auto cmd = "node '" + (k_repo / "tests/tiktoken/reference.js").string() + "' '" + pkg + "' '" +
+            auto cmd = "node '" + (k_repo / "tests/tiktoken/reference.js").string() + "' '" + pkg_ + "' '" +
                        corpus.string() + "' '" + (dir_ / "cl100k_base.tiktoken").string() + "' > '" + out.string() + "'";
             ASSERT_EQ(run(cmd), 0) << cmd;
             auto counts = json::parse(slurp(out));
@@ -59,11 +70,16 @@ protected:
         }
         tokenizer_ = cost::BpeTokenizer::load((dir_ / "cl100k_base.tiktoken").string());
     }
+    static void TearDownTestSuite() {
+        std::error_code ignored;
+        fs::remove_all(dir_, ignored);
+    }
     void SetUp() override {
         if (!skip_.empty()) GTEST_SKIP() << "tiktoken reference skipped: " << skip_;
     }
 
     static inline fs::path dir_;
+    static inline std::string pkg_;
     static inline std::string skip_;
     static inline std::map<std::string, std::uint64_t> reference_;
     static inline std::unique_ptr<cost::BpeTokenizer> tokenizer_;
@@ -87,7 +103,7 @@ TEST_F(TiktokenReference, CheckedInCountsAreStillTheReferences) {
 
 TEST_F(TiktokenReference, LinesOneByOne) {
     // Each line of every file on its own exercises many more piece boundaries.
-    std::string pkg = (dir_ / "node_modules/tiktoken").string();
+    const auto& pkg = pkg_;
     auto lines_dir = dir_ / "lines";
     fs::create_directories(lines_dir);
     int n = 0;
