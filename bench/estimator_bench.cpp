@@ -1,7 +1,7 @@
 // Input-token estimation throughput on a 1 MB prompt built from tests/corpus (English,
-// Chinese, code, chat). BPE needs a rank file: TOKENGATE_TIKTOKEN=/path/cl100k_base.tiktoken, e.g.
-//   node tests/tiktoken/reference.js <build>/tiktoken-reference/node_modules/tiktoken tests/corpus \
-//        /tmp/cl100k_base.tiktoken   (the npm package is there once the reference test has run)
+// Chinese, code, chat). BPE needs a rank file: TOKENGATE_TIKTOKEN=/path/cl100k_base.tiktoken. Make
+// one with tests/tiktoken/reference.js from the npm package the reference test installs in
+// <build>/tiktoken-reference/node_modules/tiktoken (arguments: package, corpus dir, output file).
 
 #include <benchmark/benchmark.h>
 
