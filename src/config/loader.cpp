@@ -302,8 +302,6 @@ struct Loader {
                 else r.fail(rd["on_error"], "store.redis.on_error must be fail_open, fail_closed or local");
             }
         }
-        if (config.store.backend == StoreBackend::redis)
-            r.fail(n["backend"], "store.backend: redis is not available in this build yet; use memory");
     }
 
     void upstreams(const YAML::Node& n) {

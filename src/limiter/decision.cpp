@@ -28,14 +28,4 @@ std::vector<Charge> charged(std::span<const Charge> charges, const Decision& dec
     return out;
 }
 
-void settle(BucketStore& store, std::span<const Charge> charged, double actual_cost) {
-    for (const auto& c : charged) {
-        if (c.spec->algorithm == config::Algorithm::concurrency) {
-            store.release(c);
-        } else if (!is_shaping(*c.spec) && c.spec->unit == config::Unit::cost && actual_cost != c.amount) {
-            store.adjust(c, actual_cost - c.amount);
-        }
-    }
-}
-
 }  // namespace tokengate::limiter

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <optional>
+#include <variant>
 
 #include "admission.hpp"
 #include "services.hpp"
@@ -62,20 +63,33 @@ json limit_json(const limiter::LimitStatus& s) {
             {"enforce", s.spec->enforce}};
 }
 
-Response tenant_state(Services& services, const Runtime& rt, std::string_view id) {
-    const auto& cfg = *rt.config;
-    auto tenant = std::find_if(cfg.tenants.begin(), cfg.tenants.end(), [&](const auto& t) { return t.id == id; });
-    if (tenant == cfg.tenants.end()) return admin_error(http::status::not_found, "not_found", "No such tenant.");
-    std::vector<limiter::Charge> charges;
-    for (const auto& spec : tenant->limits)
-        charges.push_back({&spec, config::Level::tenant, "tenant:" + spec.name + ":" + tenant->id, 0, tenant->id});
-    auto state = services.store.peek(charges);
-    json limits = json::array();
-    for (const auto& s : state.statuses) limits.push_back(limit_json(s));
-    return json_response(http::status::ok, {{"tenant", tenant->id}, {"limits", limits}});
+net::awaitable<limiter::Decision> peek(Services& services, const std::vector<limiter::Charge>& charges) {
+    if (services.redis) co_return co_await services.redis->peek(charges);
+    co_return services.store.peek(charges);
 }
 
-Response explain(Services& services, const Runtime& rt, const std::string& body) {
+Response limiter_unavailable() {
+    return admin_error(http::status::service_unavailable, "rate_limiter_unavailable",
+                       "The shared rate limiter (Redis) is unavailable and on_error is fail_closed.");
+}
+
+Response tenant_state(const config::TenantConfig& tenant, const limiter::Decision& state) {
+    if (state.unavailable) return limiter_unavailable();
+    json limits = json::array();
+    for (const auto& s : state.statuses) limits.push_back(limit_json(s));
+    return json_response(http::status::ok, {{"tenant", tenant.id}, {"limits", limits}});
+}
+
+/// The tenant-level charges whose state GET /admin/tenants/{id} shows.
+std::vector<limiter::Charge> tenant_charges(const config::TenantConfig& tenant) {
+    std::vector<limiter::Charge> charges;
+    for (const auto& spec : tenant.limits)
+        charges.push_back({&spec, config::Level::tenant, "tenant:" + spec.name + ":" + tenant.id, 0, tenant.id});
+    return charges;
+}
+
+/// POST /admin/explain's input, admitted (nothing charged), or the error to answer.
+std::variant<Admission, Response> explain_admission(const Runtime& rt, const std::string& body) {
     json in = json::parse(body, nullptr, false);
     if (!in.is_object() || !in.contains("key") || !in["key"].is_string())
         return admin_error(http::status::bad_request, "invalid_body",
@@ -97,7 +111,11 @@ Response explain(Services& services, const Runtime& rt, const std::string& body)
         case Admission::Error::invalid_body: return admin_error(http::status::bad_request, "invalid_body", a.message);
         case Admission::Error::no_route: return admin_error(http::status::bad_request, "not_found", a.message);
     }
-    auto decision = services.store.peek(a.charges);
+    return a;
+}
+
+Response explain(Services& services, const Runtime& rt, const Admission& a, const limiter::Decision& decision) {
+    if (decision.unavailable) return limiter_unavailable();
     json limits = json::array();
     for (std::size_t i = 0; i < decision.statuses.size(); ++i) {
         auto l = limit_json(decision.statuses[i]);
@@ -127,41 +145,53 @@ Response explain(Services& services, const Runtime& rt, const std::string& body)
     return json_response(http::status::ok, out);
 }
 
-Response handle(Services& services, const http::request<http::string_body>& req) {
+net::awaitable<Response> handle(Services& services, const http::request<http::string_body>& req) {
     auto rt = services.runtime.get();
     auto target = std::string_view(req.target());
     auto path = target.substr(0, target.find('?'));
     bool get = req.method() == http::verb::get;
-    if (get && path == "/healthz") return json_response(http::status::ok, {{"status", "ok"}});
+    if (get && path == "/healthz") co_return json_response(http::status::ok, {{"status", "ok"}});
     if (get && path == "/readyz") {
         bool draining = services.draining.load();
-        return json_response(draining ? http::status::service_unavailable : http::status::ok,
+        co_return json_response(draining ? http::status::service_unavailable : http::status::ok,
                              {{"status", draining ? "draining" : "ready"}});
     }
     if (get && path == "/metrics") {
         services.metrics.queue_depth.clear();
-        for (const auto& [key, depth] : services.store.queue_depths())
+        auto& queues = services.redis ? services.redis->local() : services.store;
+        for (const auto& [key, depth] : queues.queue_depths())
             services.metrics.queue_depth.set({key}, static_cast<double>(depth));
         Response res{http::status::ok, 11};
         res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
         res.body() = services.registry.render();
-        return res;
+        co_return res;
     }
-    if (path.substr(0, 7) != "/admin/") return admin_error(http::status::not_found, "not_found", "Unknown admin path.");
+    if (path.substr(0, 7) != "/admin/") co_return admin_error(http::status::not_found, "not_found", "Unknown admin path.");
     if (!authorized(req, *rt->config))
-        return admin_error(http::status::unauthorized, "invalid_admin_token",
+        co_return admin_error(http::status::unauthorized, "invalid_admin_token",
                            "Admin calls need 'Authorization: Bearer <token>' with the token from " +
                                rt->config->admin.token_env + ".");
     constexpr std::string_view k_tenants = "/admin/tenants/";
-    if (get && path.substr(0, k_tenants.size()) == k_tenants)
-        return tenant_state(services, *rt, path.substr(k_tenants.size()));
+    if (get && path.substr(0, k_tenants.size()) == k_tenants) {
+        auto id = path.substr(k_tenants.size());
+        const auto& tenants = rt->config->tenants;
+        auto tenant = std::find_if(tenants.begin(), tenants.end(), [&](const auto& t) { return t.id == id; });
+        if (tenant == tenants.end()) co_return admin_error(http::status::not_found, "not_found", "No such tenant.");
+        auto charges = tenant_charges(*tenant);
+        co_return tenant_state(*tenant, co_await peek(services, charges));
+    }
     if (req.method() == http::verb::post && path == "/admin/reload") {
         std::string error;
-        if (services.reload && services.reload(error)) return json_response(http::status::ok, {{"reloaded", true}});
-        return json_response(http::status::unprocessable_entity, {{"reloaded", false}, {"error", error}});
+        if (services.reload && services.reload(error)) co_return json_response(http::status::ok, {{"reloaded", true}});
+        co_return json_response(http::status::unprocessable_entity, {{"reloaded", false}, {"error", error}});
     }
-    if (req.method() == http::verb::post && path == "/admin/explain") return explain(services, *rt, req.body());
-    return admin_error(http::status::not_found, "not_found", "Unknown admin path.");
+    if (req.method() == http::verb::post && path == "/admin/explain") {
+        auto admitted = explain_admission(*rt, req.body());
+        if (auto* error = std::get_if<Response>(&admitted)) co_return std::move(*error);
+        const auto& a = std::get<Admission>(admitted);
+        co_return explain(services, *rt, a, co_await peek(services, a.charges));
+    }
+    co_return admin_error(http::status::not_found, "not_found", "Unknown admin path.");
 }
 
 }  // namespace
@@ -176,7 +206,7 @@ net::awaitable<void> serve_admin_connection(net::ip::tcp::socket socket, Service
         auto [ec, n] = co_await http::async_read(stream, buffer, parser, k_use);
         if (ec) break;
         auto req = parser.release();
-        auto res = handle(services, req);
+        auto res = co_await handle(services, req);
         res.keep_alive(req.keep_alive());
         res.prepare_payload();
         auto [wec, wn] = co_await http::async_write(stream, res, k_use);

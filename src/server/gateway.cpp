@@ -56,6 +56,14 @@ public:
             workers_.push_back(std::move(w));
         }
         port_ = endpoint.port();
+        if (config->store.backend == config::StoreBackend::redis) {
+            const auto& rc = config->store.redis;
+            services_.redis = std::make_unique<redis::RedisStore>(redis::options_from_env(rc), clock, services_.registry);
+            // store.redis.pool connections in all, split over the workers' event loops.
+            unsigned per_worker = std::max(1u, (rc.pool + threads - 1) / threads);
+            for (auto& w : workers_) services_.redis->attach(w->ioc.get_executor(), per_worker);
+            services_.redis->start_heartbeat(workers_.front()->ioc.get_executor());
+        }
         if (config->admin.enabled) {
             net::ip::tcp::endpoint admin{net::ip::make_address(config->admin.host), config->admin.port};
             auto& acc = admin_acceptor_.emplace(workers_.front()->ioc);
@@ -76,6 +84,7 @@ public:
             threads.emplace_back([w = workers_[i].get()] { run_worker(*w); });
         run_worker(*workers_.front());
         for (auto& t : threads) t.join();
+        if (services_.redis) services_.redis->stop();
     }
 
     void drain() override {
@@ -100,6 +109,10 @@ public:
         auto previous = services_.runtime.get();
         if (config->server.host != previous->config->server.host || config->server.port != previous->config->server.port)
             spdlog::warn("reload: server.listen changed; it takes effect only at restart");
+        const auto& was = previous->config->store;
+        if (config->store.backend != was.backend || config->store.redis.url != was.redis.url ||
+            config->store.redis.pool != was.redis.pool)
+            spdlog::warn("reload: store backend, URL and pool take effect only at restart");
         services_.runtime.set(std::make_shared<const Runtime>(std::move(config), previous.get()));
     }
 
@@ -184,6 +197,7 @@ private:
             auto [ec] = co_await timer.async_wait(k_use);
             if (ec) co_return;
             services_.store.evict_idle();
+            if (services_.redis) services_.redis->local().evict_idle();
         }
     }
 
@@ -196,6 +210,15 @@ private:
         }
         if (services_.open_connections.load() > 0)
             spdlog::warn("drain timeout: closing {} connections still open", services_.open_connections.load());
+        // Settlements still on their way to Redis get a moment to land.
+        auto settle_deadline = std::max(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(2));
+        while (services_.redis && services_.redis->settlements_outstanding() > 0 &&
+               std::chrono::steady_clock::now() < settle_deadline) {
+            timer.expires_after(std::chrono::milliseconds(20));
+            co_await timer.async_wait(k_use);
+        }
+        if (services_.redis && services_.redis->settlements_outstanding() > 0)
+            spdlog::error("shutdown: {} settlements could not reach Redis", services_.redis->settlements_outstanding());
         beast::error_code ignored;
         if (admin_acceptor_) admin_acceptor_->close(ignored);
         stop();

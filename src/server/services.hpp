@@ -16,6 +16,7 @@
 #include "tokengate/core/clock.hpp"
 #include "tokengate/metrics/registry.hpp"
 #include "tokengate/proxy/pool.hpp"
+#include "tokengate/redis/redis_store.hpp"
 #include "tokengate/server/runtime.hpp"
 #include "tokengate/store/memory_store.hpp"
 
@@ -61,6 +62,7 @@ struct Services {
     std::shared_ptr<spdlog::logger> access_log;
     const core::Clock& clock;
     store::MemoryStore store;
+    std::unique_ptr<redis::RedisStore> redis;  // store.backend: redis (then `store` is unused)
     std::atomic<bool> draining{false};
     std::atomic<std::uint64_t> open_connections{0};
     metrics::Registry registry;

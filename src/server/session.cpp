@@ -30,6 +30,9 @@ using tcp = net::ip::tcp;
 namespace {
 
 constexpr auto k_use = net::as_tuple(net::use_awaitable);
+
+// Built outside the coroutines (GCC 12 cannot lower initializer lists inside them).
+const std::vector<limiter::HeaderField> k_retry_in_a_second = {{"Retry-After", "1"}};
 constexpr std::size_t k_max_pipelined_bytes = 64 * 1024;
 
 std::chrono::nanoseconds ns(Nanos n) { return std::chrono::nanoseconds(n); }
@@ -124,22 +127,28 @@ struct RequestRecord {
 /// Settles an admitted request exactly once, whichever way the exchange ends, and counts it.
 class Settlement {
 public:
-    Settlement(limiter::BucketStore& store, std::vector<limiter::Charge> charged, double reserved,
+    Settlement(limiter::BucketStore* store, std::vector<limiter::Charge> charged, std::string lease, double reserved,
                metrics::Family& settled, std::string_view tenant)
-        : store_(store), charged_(std::move(charged)), reserved_(reserved), settled_(settled), tenant_(tenant) {}
+        : store_(store),
+          charged_(std::move(charged)),
+          lease_(std::move(lease)),
+          reserved_(reserved),
+          settled_(settled),
+          tenant_(tenant) {}
     Settlement(const Settlement&) = delete;
     Settlement& operator=(const Settlement&) = delete;
     ~Settlement() { settle(reserved_); }
     void settle(double actual_cost) {
         if (done_) return;
         done_ = true;
-        limiter::settle(store_, charged_, actual_cost);
+        if (store_) store_->settle(charged_, actual_cost, lease_);
         settled_.add({tenant_});
     }
 
 private:
-    limiter::BucketStore& store_;
+    limiter::BucketStore* store_;  // the store that took the charges; null if none did
     std::vector<limiter::Charge> charged_;
+    std::string lease_;
     double reserved_;
     metrics::Family& settled_;
     std::string_view tenant_;  // lives in the config snapshot the request holds
@@ -291,7 +300,8 @@ private:
     /// the client went away meanwhile; its places are then given back.
     net::awaitable<bool> wait_in_queues(const std::vector<limiter::Charge>& charges,
                                         const limiter::Decision& decision, proxy::ExchangeWatch& watch) {
-        auto& store = services_.store;
+        auto* store = decision.settle_with;
+        auto decided_at = services_.clock.now();
         auto timer = std::make_shared<net::steady_timer>(stream_.get_executor());
         std::weak_ptr<net::steady_timer> weak = timer;
         auto wake = [ex = stream_.get_executor(), weak] {
@@ -302,21 +312,29 @@ private:
         watch.on_client_gone = wake;
         bool ok = true;
         for (std::size_t i = 0; i < charges.size(); ++i) {
+            // A shared store hands out the start time itself: wait for it here.
+            if (auto wait = decision.statuses[i].wait; wait > 0 && ok) {
+                timer->expires_at(net::steady_timer::time_point(std::chrono::nanoseconds(decided_at + wait)));
+                while (!watch.client_gone && services_.clock.now() < decided_at + wait)
+                    co_await timer->async_wait(k_use);
+                if (watch.client_gone) ok = false;
+                else services_.metrics.queue_wait.observe({charges[i].spec->name}, static_cast<double>(wait) / 1e9);
+            }
             auto ticket = decision.statuses[i].ticket;
-            if (!ticket) continue;
+            if (!ticket || !store) continue;
             if (!ok) {
-                store.queue_cancel(charges[i], ticket);
+                store->queue_cancel(charges[i], ticket);
                 continue;
             }
-            store.queue_set_waker(charges[i], ticket, wake);
+            store->queue_set_waker(charges[i], ticket, wake);
             auto queued_at = services_.clock.now();
             for (;;) {
                 if (watch.client_gone) {
-                    store.queue_cancel(charges[i], ticket);
+                    store->queue_cancel(charges[i], ticket);
                     ok = false;
                     break;
                 }
-                auto check = store.queue_try_start(charges[i], ticket);
+                auto check = store->queue_try_start(charges[i], ticket);
                 if (check.started || check.unknown) {
                     services_.metrics.queue_wait.observe({charges[i].spec->name},
                                                          static_cast<double>(services_.clock.now() - queued_at) / 1e9);
@@ -388,7 +406,14 @@ private:
         rec.route = route.path;
         double reserved = admission.reserved;
         const auto& charges = admission.charges;
-        auto decision = services_.store.decide(charges);
+        // (Not a ?: — GCC 12 miscompiles co_await inside a conditional expression.)
+        limiter::Decision decision;
+        if (services_.redis) decision = co_await services_.redis->decide(charges);
+        else decision = services_.store.decide(charges);
+        if (decision.unavailable)
+            co_return co_await finish_error(http::status::service_unavailable, "server_error", "rate_limiter_unavailable",
+                                            "The shared rate limiter is unavailable; retry shortly.",
+                                            k_retry_in_a_second);
         auto headers = limiter::rate_limit_headers(decision, clock.unix_now());
         for (const auto& s : decision.statuses) {
             if (!s.spec->enforce && !s.verdict.admitted)
@@ -407,8 +432,8 @@ private:
         }
         rec.cost_reserved = reserved;
         services_.metrics.admitted.add({tenant.id});
-        Settlement settlement(services_.store, limiter::charged(charges, decision), reserved, services_.metrics.settled,
-                              tenant.id);
+        Settlement settlement(decision.settle_with, limiter::charged(charges, decision), decision.lease, reserved,
+                              services_.metrics.settled, tenant.id);
 
         auto watch = std::make_shared<proxy::ExchangeWatch>();
         auto watcher_exited = std::make_shared<net::steady_timer>(stream_.get_executor(),

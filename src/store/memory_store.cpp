@@ -26,23 +26,50 @@ std::size_t MemoryStore::shard_of(const std::string& key) const {
     return std::hash<std::string>{}(key) % k_shards;
 }
 
+const config::LimitSpec& MemoryStore::effective(const config::LimitSpec& spec, config::LimitSpec& share) const {
+    auto divisor = divisor_.load(std::memory_order_relaxed);
+    if (divisor == 0) return spec;
+    share = spec;
+    share.capacity = spec.capacity / divisor;
+    share.rate_per_s = spec.rate_per_s / divisor;
+    share.initial = 1.0;
+    return share;
+}
+
 MemoryStore::Bucket& MemoryStore::find_or_create(Shard& shard, const Charge& charge, core::Nanos now) {
+    config::LimitSpec share;
+    const auto& spec = effective(*charge.spec, share);
     auto it = shard.buckets.find(charge.key);
     if (it == shard.buckets.end()) {
         if (shard.buckets.size() >= max_per_shard_) make_room(shard, now);
         Bucket b;
-        if (charge.spec->algorithm == Algorithm::concurrency) b.gauge = limiter::ConcurrencyGauge(charge.spec->capacity);
-        else if (limiter::is_shaping(*charge.spec)) b.queue = std::make_unique<limiter::ShapeQueue>(*charge.spec);
-        else b.rate = limiter::RateBucket(*charge.spec, now);
+        if (spec.algorithm == Algorithm::concurrency) b.gauge = limiter::ConcurrencyGauge(spec.capacity);
+        else if (limiter::is_shaping(spec)) b.queue = std::make_unique<limiter::ShapeQueue>(spec);
+        else b.rate = limiter::RateBucket(spec, now);
         it = shard.buckets.emplace(charge.key, std::move(b)).first;
-    } else if (charge.spec->algorithm == Algorithm::concurrency) {
-        it->second.gauge.set_max(charge.spec->capacity);
+    } else if (spec.algorithm == Algorithm::concurrency) {
+        it->second.gauge.set_max(spec.capacity);
     } else if (it->second.queue) {
-        it->second.queue->reconfigure(*charge.spec);
+        it->second.queue->reconfigure(spec);
     } else {
-        it->second.rate.reconfigure(*charge.spec, now);
+        it->second.rate.reconfigure(spec, now);
     }
     return it->second;
+}
+
+void MemoryStore::clear() {
+    for (auto& shard : shards_) {
+        std::lock_guard lock(shard.mutex);
+        shard.buckets.clear();
+    }
+}
+
+void MemoryStore::settle(std::span<const Charge> charged, double actual_cost, std::string_view) {
+    for (const auto& c : charged) {
+        if (!limiter::settles(c, actual_cost)) continue;
+        if (c.spec->algorithm == Algorithm::concurrency) release(c);
+        else adjust(c, actual_cost - c.amount);
+    }
 }
 
 Decision MemoryStore::decide(std::span<const Charge> charges) {
@@ -77,6 +104,7 @@ Decision MemoryStore::decide(std::span<const Charge> charges) {
         else buckets[i]->rate.consume(charges[i].amount, now);
     }
     for (auto it = order.rbegin(); it != order.rend(); ++it) shards_[*it].mutex.unlock();
+    if (decision.allowed) decision.settle_with = this;
     return decision;
 }
 
@@ -89,19 +117,21 @@ Decision MemoryStore::peek(std::span<const Charge> charges) {
         auto& status = decision.statuses[i];
         status.spec = c.spec;
         status.level = c.level;
+        config::LimitSpec share;
+        const auto& spec = effective(*c.spec, share);
         auto& shard = shards_[shard_of(c.key)];
         std::lock_guard lock(shard.mutex);
         auto it = shard.buckets.find(c.key);
         const Bucket* existing = it == shard.buckets.end() ? nullptr : &it->second;
-        if (c.spec->algorithm == Algorithm::concurrency) {
-            limiter::ConcurrencyGauge fresh(c.spec->capacity);
+        if (spec.algorithm == Algorithm::concurrency) {
+            limiter::ConcurrencyGauge fresh(spec.capacity);
             status.verdict = (existing ? existing->gauge : fresh).check(c.amount);
-        } else if (limiter::is_shaping(*c.spec)) {
-            limiter::ShapeQueue fresh(*c.spec);
+        } else if (limiter::is_shaping(spec)) {
+            limiter::ShapeQueue fresh(spec);
             status.verdict = (existing && existing->queue ? *existing->queue : fresh).check(c.tenant, c.amount, now).verdict;
         } else {
-            limiter::RateBucket bucket = existing ? existing->rate : limiter::RateBucket(*c.spec, now);
-            bucket.reconfigure(*c.spec, now);
+            limiter::RateBucket bucket = existing ? existing->rate : limiter::RateBucket(spec, now);
+            bucket.reconfigure(spec, now);
             status.verdict = bucket.check(c.amount, now);
         }
     }

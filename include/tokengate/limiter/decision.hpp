@@ -30,7 +30,10 @@ struct LimitStatus {
     Verdict verdict;
     bool charged = false;  // false for a refused request and for a shadow limit that would refuse
     std::uint64_t ticket = 0;  // shaping: the place in the queue to wait with (0 = start now)
+    core::Nanos wait = 0;      // shaping on a shared store: start this long after the decision
 };
+
+class BucketStore;
 
 /// The outcome of checking every applicable limit at once.
 struct Decision {
@@ -38,30 +41,31 @@ struct Decision {
     int rejected = -1;            // index of the enforced limit that refused (the longest wait)
     core::Nanos retry_after = 0;  // refused: until the request could pass; -1 if it never can
     std::vector<LimitStatus> statuses;  // parallel to the charges
+    BucketStore* settle_with = nullptr;  // the store that took the charges (null: none taken)
+    std::string lease;                   // identifies the request's concurrency slots in that store
+    bool unavailable = false;            // the shared store failed and on_error is fail_closed
 
     bool never() const { return !allowed && retry_after < 0; }
 };
 
-/// Counts buckets. decide() is all-or-nothing: it charges every bucket only if every
-/// enforced limit admits; a refused request charges nothing anywhere.
+/// What an admitted request needs from the store that admitted it: settlement and, for
+/// shaping queues, its place in line. Deciding is the store's own (synchronous in memory,
+/// a round trip on Redis); the arithmetic is the same.
 class BucketStore {
 public:
     virtual ~BucketStore() = default;
-    virtual Decision decide(std::span<const Charge> charges) = 0;
-    /// What decide() would say, changing nothing and creating no bucket (admin, explain).
-    virtual Decision peek(std::span<const Charge> charges) = 0;
-    /// Settlement of a rate bucket: charge `delta` more (negative refunds).
-    virtual void adjust(const Charge& charge, double delta) = 0;
-    /// A concurrency slot ends.
-    virtual void release(const Charge& charge) = 0;
+    /// Settles once: releases the concurrency slots and moves `unit: cost` rate buckets from
+    /// the reserved cost to `actual_cost`.
+    virtual void settle(std::span<const Charge> charged, double actual_cost, std::string_view lease) = 0;
 
-    /// Shaping: a queued request asks to start (see ShapeQueue::try_start).
-    virtual ShapeQueue::StartCheck queue_try_start(const Charge& charge, std::uint64_t ticket) = 0;
+    /// Shaping: a queued request asks to start (see ShapeQueue::try_start). Stores without
+    /// local queues know no tickets.
+    virtual ShapeQueue::StartCheck queue_try_start(const Charge&, std::uint64_t) { return {false, true, 0}; }
     /// Shaping: a queued request leaves before it started, giving its place back.
-    virtual void queue_cancel(const Charge& charge, std::uint64_t ticket) = 0;
+    virtual void queue_cancel(const Charge&, std::uint64_t) {}
     /// Shaping: `wake` is called (from any thread; it must only schedule) when the ticket
     /// should call queue_try_start again.
-    virtual void queue_set_waker(const Charge& charge, std::uint64_t ticket, std::function<void()> wake) = 0;
+    virtual void queue_set_waker(const Charge&, std::uint64_t, std::function<void()>) {}
 };
 
 /// Fills allowed / rejected / retry_after from verdicts already in `decision.statuses`.
@@ -70,8 +74,11 @@ void resolve(Decision& decision);
 /// Returns the charges a decision actually took, for settlement.
 std::vector<Charge> charged(std::span<const Charge> charges, const Decision& decision);
 
-/// Settles once: releases concurrency slots and moves `unit: cost` buckets from the reserved
-/// cost to `actual_cost`.
-void settle(BucketStore& store, std::span<const Charge> charged, double actual_cost);
+/// Whether settlement changes this charge: a concurrency slot to release, or a `unit: cost`
+/// rate bucket whose actual cost differs from the reservation.
+inline bool settles(const Charge& c, double actual_cost) {
+    if (c.spec->algorithm == config::Algorithm::concurrency) return true;
+    return !is_shaping(*c.spec) && c.spec->unit == config::Unit::cost && actual_cost != c.amount;
+}
 
 }  // namespace tokengate::limiter

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -23,12 +24,18 @@ public:
     /// any bucket holding no concurrency slot or queue (its key starts afresh if seen again).
     explicit MemoryStore(const core::Clock& clock, std::size_t max_buckets = std::size_t{1} << 22);
 
-    limiter::Decision decide(std::span<const limiter::Charge> charges) override;
-    limiter::Decision peek(std::span<const limiter::Charge> charges) override;
+    /// All-or-nothing: charges every bucket only if every enforced limit admits; a refused
+    /// request charges nothing anywhere.
+    limiter::Decision decide(std::span<const limiter::Charge> charges);
+    /// What decide() would say, changing nothing and creating no bucket (admin, explain).
+    limiter::Decision peek(std::span<const limiter::Charge> charges);
+    void settle(std::span<const limiter::Charge> charged, double actual_cost, std::string_view lease) override;
     /// Requests waiting in each shaping queue, by bucket key (for the queue-depth gauge).
     std::vector<std::pair<std::string, std::size_t>> queue_depths() const;
-    void adjust(const limiter::Charge& charge, double delta) override;
-    void release(const limiter::Charge& charge) override;
+    /// Settlement of a rate bucket: charge `delta` more (negative refunds).
+    void adjust(const limiter::Charge& charge, double delta);
+    /// A concurrency slot ends.
+    void release(const limiter::Charge& charge);
     limiter::ShapeQueue::StartCheck queue_try_start(const limiter::Charge& charge, std::uint64_t ticket) override;
     void queue_cancel(const limiter::Charge& charge, std::uint64_t ticket) override;
     void queue_set_waker(const limiter::Charge& charge, std::uint64_t ticket, std::function<void()> wake) override;
@@ -36,6 +43,12 @@ public:
     /// Drops buckets that are full again and hold no concurrency; returns how many.
     std::size_t evict_idle();
     std::size_t size() const;
+
+    /// Makes this the stand-in for a shared store that is down: every limit holds
+    /// capacity ÷ `divisor` at rate ÷ `divisor`, and new buckets start full. 0 turns it off.
+    void set_share_divisor(unsigned divisor) { divisor_.store(divisor, std::memory_order_relaxed); }
+    /// Forgets every bucket (a fresh start for the next outage).
+    void clear();
 
 private:
     struct Bucket {
@@ -50,12 +63,15 @@ private:
     static constexpr std::size_t k_shards = 64;
 
     std::size_t shard_of(const std::string& key) const;
+    /// The spec this store enforces for `spec`: itself, or its share while standing in.
+    const config::LimitSpec& effective(const config::LimitSpec& spec, config::LimitSpec& share) const;
     Bucket& find_or_create(Shard& shard, const limiter::Charge& charge, core::Nanos now);
 
     static bool evictable(const Bucket& b, core::Nanos now, bool only_idle);
     void make_room(Shard& shard, core::Nanos now);
 
     const core::Clock& clock_;
+    std::atomic<unsigned> divisor_{0};
     std::size_t max_per_shard_;
     std::array<Shard, k_shards> shards_;
 };

@@ -1,0 +1,115 @@
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tokengate::redis {
+
+/// A RESP reply, copied out of hiredis's reader so it owns its memory.
+struct Reply {
+    enum class Type { nil, string, status, error, integer, array };
+    Type type = Type::nil;
+    long long integer = 0;
+    std::string str;  // string, status and error text
+    std::vector<Reply> elements;
+
+    bool is_error() const { return type == Type::error; }
+};
+
+enum class CallError { none, disconnected, timeout, unavailable };
+
+struct Result {
+    CallError error = CallError::none;
+    Reply reply;
+    bool ok() const { return error == CallError::none && !reply.is_error(); }
+};
+
+/// `redis://[host][:port][/db]`. Throws std::invalid_argument with the reason.
+struct Endpoint {
+    std::string host = "127.0.0.1";
+    unsigned short port = 6379;
+    int db = 0;
+    static Endpoint parse(std::string_view url);
+};
+
+/// Appends one command in RESP (an array of bulk strings) to `out`.
+void encode_command(std::string& out, std::span<const std::string> args);
+
+/// Incremental RESP parser (hiredis's reader).
+class ReplyReader {
+public:
+    ReplyReader();
+    ~ReplyReader();
+    ReplyReader(const ReplyReader&) = delete;
+    ReplyReader& operator=(const ReplyReader&) = delete;
+    void feed(const char* data, std::size_t size);
+    /// The next complete reply, if one is buffered. Throws std::runtime_error on a protocol error.
+    bool next(Reply& out);
+    void reset();
+
+private:
+    void* reader_;
+};
+
+/// One pipelined connection to Redis, living on one event loop (every member must be called
+/// from it). Commands are written as they come, coalesced while a write is in flight, and
+/// their replies are matched in order. While it is not connected, send() fails at once
+/// rather than queueing: a request must never wait on a Redis that is not there. It
+/// reconnects by itself with exponential backoff, running `handshake` (AUTH, SELECT, SCRIPT
+/// LOAD...) before it reports ready.
+class Connection : public std::enable_shared_from_this<Connection> {
+public:
+    using Callback = std::function<void(Result)>;
+    /// `on_state` hears of each change: ready with the handshake's replies, or lost.
+    using StateHandler = std::function<void(bool ready, const std::vector<Reply>& handshake_replies)>;
+    Connection(boost::asio::any_io_executor ex, Endpoint endpoint,
+               std::vector<std::vector<std::string>> handshake, StateHandler on_state);
+
+    void start();
+    void stop();
+    bool ready() const { return ready_; }
+    std::size_t pending() const { return callbacks_.size(); }
+    void send(std::span<const std::string> args, Callback done);
+
+private:
+    void connect();
+    void on_connected();
+    void set_ready(bool ready);
+    void schedule_reconnect();
+    void fail(const std::string& why);
+    void flush();
+    void read();
+
+    boost::asio::any_io_executor ex_;
+    Endpoint endpoint_;
+    std::vector<std::vector<std::string>> handshake_;
+    StateHandler on_state_;
+    std::vector<Reply> handshake_replies_;
+    boost::asio::ip::tcp::resolver resolver_;
+    boost::asio::ip::tcp::socket socket_;
+    boost::asio::steady_timer retry_timer_;
+    std::chrono::milliseconds backoff_{50};
+    ReplyReader reader_;
+    std::string outgoing_;  // commands waiting for the current write to finish
+    std::string writing_;
+    bool write_in_flight_ = false;
+    std::deque<Callback> callbacks_;  // one per command sent, in order
+    std::vector<char> read_buffer_;
+    std::uint64_t generation_ = 0;  // bumps on every (re)connect so stale handlers stand down
+    bool connected_ = false;
+    bool ready_ = false;
+    bool stopped_ = false;
+    std::string last_error_;
+};
+
+}  // namespace tokengate::redis

@@ -1,0 +1,117 @@
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tokengate/config/config.hpp"
+#include "tokengate/core/clock.hpp"
+#include "tokengate/limiter/decision.hpp"
+#include "tokengate/metrics/registry.hpp"
+#include "tokengate/redis/breaker.hpp"
+#include "tokengate/redis/connection.hpp"
+#include "tokengate/store/memory_store.hpp"
+
+namespace tokengate::redis {
+
+struct StoreOptions {
+    config::RedisConfig config;
+    std::string username;  // AUTH, from TOKENGATE_REDIS_USERNAME (optional)
+    std::string password;  // AUTH, from TOKENGATE_REDIS_PASSWORD
+    /// Tests only: send this clock's time to the script instead of using Redis TIME.
+    const core::Clock* script_clock = nullptr;
+    /// A concurrency slot whose holder vanished (a crashed replica) frees itself after this.
+    core::Nanos lease = 600 * core::k_nanos_per_second;
+    core::Nanos heartbeat_every = core::k_nanos_per_second;
+    core::Nanos breaker_cooldown = core::k_nanos_per_second;
+    unsigned failures_to_open = 3;
+    std::size_t retry_capacity = 10000;  // settlements kept per worker while Redis is away
+};
+
+/// Options from the config plus TOKENGATE_REDIS_USERNAME / TOKENGATE_REDIS_PASSWORD.
+StoreOptions options_from_env(const config::RedisConfig& config);
+
+/// SPEC §8: every limit of a request decided in one EVALSHA, atomically, on Redis time, so any
+/// number of gateways share one quota. Each worker thread has its own pipelined connections on
+/// its own event loop. When Redis fails, on_error decides: fail_open admits, fail_closed
+/// refuses (503), local decides in-process at each limit ÷ the live replicas. A circuit
+/// breaker keeps a failing Redis from costing every request its timeout; settlements that
+/// cannot reach Redis wait in a bounded queue and are sent when it is back.
+class RedisStore final : public limiter::BucketStore {
+public:
+    RedisStore(StoreOptions options, const core::Clock& clock, metrics::Registry& registry);
+    ~RedisStore() override;
+    RedisStore(const RedisStore&) = delete;
+    RedisStore& operator=(const RedisStore&) = delete;
+
+    /// Opens `connections` connections on `ex`'s event loop for calls made on the calling
+    /// thread, which must be the one running that loop. Once per thread.
+    void attach(boost::asio::any_io_executor ex, unsigned connections);
+    /// Announces this replica every heartbeat period from `ex` (an attached loop).
+    void start_heartbeat(boost::asio::any_io_executor ex);
+    /// Closes every connection; call once the event loops have stopped, before they are destroyed.
+    void stop();
+    /// Settlements sent and not yet answered, or waiting to be retried (drain waits for 0).
+    std::size_t settlements_outstanding() const;
+
+    /// Decides every limit at once; on a Redis failure, what on_error says. Never waits on
+    /// Redis longer than store.redis.timeout.
+    boost::asio::awaitable<limiter::Decision> decide(std::span<const limiter::Charge> charges);
+    /// What decide() would say, changing nothing.
+    boost::asio::awaitable<limiter::Decision> peek(std::span<const limiter::Charge> charges);
+    void settle(std::span<const limiter::Charge> charged, double actual_cost, std::string_view lease) override;
+
+    unsigned live_replicas() const { return live_replicas_.load(std::memory_order_relaxed); }
+    bool breaker_open() const { return breaker_.open(); }
+    store::MemoryStore& local() { return local_; }
+
+private:
+    struct Client;
+    Client* client_here();
+    Client* any_client();
+    Connection* pick(Client& client);
+    double script_now_us() const;
+    std::string next_lease();
+    boost::asio::awaitable<Result> call(Client& client, std::vector<std::string> args);
+    boost::asio::awaitable<limiter::Decision> run_decision(std::span<const limiter::Charge> charges, bool commit);
+    limiter::Decision fallback(std::span<const limiter::Charge> charges, bool commit);
+    void send_settlement(Client& client, std::vector<std::string> args, bool retried);
+    void keep_for_retry(Client& client, std::vector<std::string> args);
+    void flush_retries(Client& client);
+    void note_failure(CallError error);
+    void note_success();
+    boost::asio::awaitable<void> heartbeat_loop(Client& client);
+    boost::asio::awaitable<void> retry_loop(Client& client);
+
+    StoreOptions options_;
+    const core::Clock& clock_;
+    Endpoint endpoint_;
+    std::string replica_id_;
+    std::atomic<std::uint64_t> lease_counter_{0};
+    store::MemoryStore local_;
+    CircuitBreaker breaker_;
+    std::atomic<bool> healthy_{true};
+    std::atomic<unsigned> live_replicas_{1};
+    std::atomic<bool> stopping_{false};
+    std::uint64_t id_;  // tells this store's per-thread clients from another's
+    std::atomic<std::size_t> settlements_in_flight_{0};
+    std::atomic<std::size_t> settlements_waiting_{0};
+
+    metrics::Family& calls_;
+    metrics::Family& breaker_gauge_;
+    metrics::Family& replicas_gauge_;
+    metrics::Family& fallbacks_;
+    metrics::Family& retried_;
+    metrics::Family& dropped_;
+
+    mutable std::mutex clients_mutex_;
+    std::vector<std::unique_ptr<Client>> clients_;
+};
+
+}  // namespace tokengate::redis

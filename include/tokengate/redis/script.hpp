@@ -1,0 +1,43 @@
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tokengate/limiter/decision.hpp"
+#include "tokengate/redis/connection.hpp"
+
+namespace tokengate::redis {
+
+/// The one Lua script that decides and settles on Redis. Entry points (ARGV[1]):
+/// `decide`, `peek`, `settle`, `heartbeat`. Time is Redis's own TIME unless ARGV[2] gives
+/// microseconds (tests that replay a fake clock).
+std::string_view limiter_script();
+
+/// Shortest text that reads back as the same double (Lua's tonumber).
+std::string number_text(double value);
+
+/// The arguments of one EVALSHA (or EVAL) call: name is the script's SHA1 or its text.
+struct ScriptCall {
+    std::vector<std::string> args;  // EVALSHA sha numkeys keys... argv...
+};
+
+/// EVALSHA for a decision over `charges` (op "decide" or "peek"). `now_us` < 0: Redis TIME.
+ScriptCall decide_call(std::string_view sha, std::string_view prefix, std::span<const limiter::Charge> charges,
+                       bool commit, std::string_view lease, double lease_ms, double now_us);
+/// EVALSHA settling the charges that need it (none: no call, empty args).
+ScriptCall settle_call(std::string_view sha, std::string_view prefix, std::span<const limiter::Charge> charged,
+                       double actual_cost, std::string_view lease, double now_us);
+/// EVALSHA announcing this replica; the reply is the number of live replicas.
+ScriptCall heartbeat_call(std::string_view sha, std::string_view prefix, std::string_view replica, double ttl_ms,
+                          double now_us);
+
+/// Reads a decide/peek reply into a Decision parallel to `charges` (resolve() applied).
+/// Throws std::runtime_error on a malformed reply.
+limiter::Decision parse_decision(const Reply& reply, std::span<const limiter::Charge> charges);
+
+/// Replaces the script's SHA1 (args[1]) by its text, turning EVALSHA into EVAL (after NOSCRIPT).
+void as_eval(std::vector<std::string>& args);
+
+}  // namespace tokengate::redis

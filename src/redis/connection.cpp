@@ -1,0 +1,281 @@
+#include "tokengate/redis/connection.hpp"
+
+#include <hiredis/hiredis.h>
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+
+#include <charconv>
+#include <stdexcept>
+
+namespace tokengate::redis {
+
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+Endpoint Endpoint::parse(std::string_view url) {
+    constexpr std::string_view scheme = "redis://";
+    if (url.substr(0, scheme.size()) != scheme) throw std::invalid_argument("the URL must start with redis://");
+    auto rest = url.substr(scheme.size());
+    if (rest.find('@') != std::string_view::npos)
+        throw std::invalid_argument("put the password in TOKENGATE_REDIS_PASSWORD, not in the URL");
+    Endpoint e;
+    auto slash = rest.find('/');
+    auto authority = rest.substr(0, slash);
+    if (slash != std::string_view::npos) {
+        auto db = rest.substr(slash + 1);
+        if (!db.empty()) {
+            auto [p, ec] = std::from_chars(db.data(), db.data() + db.size(), e.db);
+            if (ec != std::errc{} || p != db.data() + db.size() || e.db < 0)
+                throw std::invalid_argument("the database must be a number, got '" + std::string(db) + "'");
+        }
+    }
+    auto colon = authority.rfind(':');
+    if (colon != std::string_view::npos && authority.find(']') == std::string_view::npos
+            ? true : (colon != std::string_view::npos && colon > authority.find(']'))) {
+        auto port = authority.substr(colon + 1);
+        unsigned value = 0;
+        auto [p, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+        if (ec != std::errc{} || p != port.data() + port.size() || value == 0 || value > 65535)
+            throw std::invalid_argument("bad port '" + std::string(port) + "'");
+        e.port = static_cast<unsigned short>(value);
+        authority = authority.substr(0, colon);
+    }
+    if (authority.size() >= 2 && authority.front() == '[' && authority.back() == ']')
+        authority = authority.substr(1, authority.size() - 2);
+    if (!authority.empty()) e.host = std::string(authority);
+    return e;
+}
+
+void encode_command(std::string& out, std::span<const std::string> args) {
+    out += '*';
+    out += std::to_string(args.size());
+    out += "\r\n";
+    for (const auto& a : args) {
+        out += '$';
+        out += std::to_string(a.size());
+        out += "\r\n";
+        out += a;
+        out += "\r\n";
+    }
+}
+
+namespace {
+
+Reply convert(const redisReply* r) {
+    Reply out;
+    switch (r->type) {
+        case REDIS_REPLY_STRING: out.type = Reply::Type::string; break;
+        case REDIS_REPLY_STATUS: out.type = Reply::Type::status; break;
+        case REDIS_REPLY_ERROR: out.type = Reply::Type::error; break;
+        case REDIS_REPLY_INTEGER: out.type = Reply::Type::integer; break;
+        case REDIS_REPLY_ARRAY: out.type = Reply::Type::array; break;
+        default: out.type = Reply::Type::nil; break;
+    }
+    if (r->type == REDIS_REPLY_INTEGER) out.integer = r->integer;
+    if (r->str) out.str.assign(r->str, r->len);
+    if (r->type == REDIS_REPLY_ARRAY) {
+        out.elements.reserve(r->elements);
+        for (std::size_t i = 0; i < r->elements; ++i) out.elements.push_back(convert(r->element[i]));
+    }
+    return out;
+}
+
+}  // namespace
+
+ReplyReader::ReplyReader() : reader_(redisReaderCreate()) {
+    if (!reader_) throw std::bad_alloc();
+}
+ReplyReader::~ReplyReader() { redisReaderFree(static_cast<redisReader*>(reader_)); }
+
+void ReplyReader::reset() {
+    redisReaderFree(static_cast<redisReader*>(reader_));
+    reader_ = redisReaderCreate();
+    if (!reader_) throw std::bad_alloc();
+}
+
+void ReplyReader::feed(const char* data, std::size_t size) {
+    if (redisReaderFeed(static_cast<redisReader*>(reader_), data, size) != REDIS_OK)
+        throw std::runtime_error("redis reader: out of memory");
+}
+
+bool ReplyReader::next(Reply& out) {
+    void* raw = nullptr;
+    auto* r = static_cast<redisReader*>(reader_);
+    if (redisReaderGetReply(r, &raw) != REDIS_OK) throw std::runtime_error(std::string("redis protocol error: ") + r->errstr);
+    if (!raw) return false;
+    out = convert(static_cast<redisReply*>(raw));
+    freeReplyObject(raw);
+    return true;
+}
+
+Connection::Connection(net::any_io_executor ex, Endpoint endpoint, std::vector<std::vector<std::string>> handshake,
+                       StateHandler on_state)
+    : ex_(ex),
+      endpoint_(std::move(endpoint)),
+      handshake_(std::move(handshake)),
+      on_state_(std::move(on_state)),
+      resolver_(ex),
+      socket_(ex),
+      retry_timer_(ex),
+      read_buffer_(16 * 1024) {}
+
+void Connection::start() {
+    net::post(ex_, [self = shared_from_this()] { self->connect(); });
+}
+
+void Connection::stop() {
+    stopped_ = true;
+    retry_timer_.cancel();
+    resolver_.cancel();
+    fail("stopped");
+}
+
+void Connection::connect() {
+    if (stopped_) return;
+    auto gen = ++generation_;
+    resolver_.async_resolve(
+        endpoint_.host, std::to_string(endpoint_.port),
+        [self = shared_from_this(), gen](boost::system::error_code ec, tcp::resolver::results_type results) {
+            if (gen != self->generation_ || self->stopped_) return;
+            if (ec) {
+                self->fail("resolve " + self->endpoint_.host + ": " + ec.message());
+                return;
+            }
+            net::async_connect(self->socket_, results, [self, gen](boost::system::error_code ec, const tcp::endpoint&) {
+                if (gen != self->generation_ || self->stopped_) return;
+                if (ec) {
+                    self->fail("connect: " + ec.message());
+                    return;
+                }
+                self->on_connected();
+            });
+        });
+}
+
+void Connection::on_connected() {
+    boost::system::error_code ignored;
+    socket_.set_option(tcp::no_delay(true), ignored);
+    connected_ = true;
+    reader_.reset();
+    read();
+    handshake_replies_.clear();
+    if (handshake_.empty()) {
+        set_ready(true);
+        return;
+    }
+    auto gen = generation_;
+    for (std::size_t i = 0; i < handshake_.size(); ++i) {
+        bool last = i + 1 == handshake_.size();
+        encode_command(outgoing_, handshake_[i]);
+        callbacks_.push_back([this, gen, last, self = shared_from_this()](Result r) {
+            if (gen != generation_ || !connected_) return;
+            if (r.error != CallError::none) return;  // the connection failed; fail() reports it
+            if (r.reply.is_error()) {
+                fail("handshake refused: " + r.reply.str);
+                return;
+            }
+            handshake_replies_.push_back(std::move(r.reply));
+            if (last) set_ready(true);
+        });
+    }
+    flush();
+}
+
+void Connection::set_ready(bool ready) {
+    if (ready == ready_) return;
+    ready_ = ready;
+    if (ready) {
+        backoff_ = std::chrono::milliseconds(50);
+        spdlog::info("redis {}:{} connected", endpoint_.host, endpoint_.port);
+    }
+    if (on_state_) on_state_(ready, handshake_replies_);
+}
+
+void Connection::send(std::span<const std::string> args, Callback done) {
+    if (!ready_) {
+        done(Result{CallError::disconnected, {}});
+        return;
+    }
+    encode_command(outgoing_, args);
+    callbacks_.push_back(std::move(done));
+    flush();
+}
+
+void Connection::flush() {
+    if (write_in_flight_ || outgoing_.empty() || !connected_) return;
+    write_in_flight_ = true;
+    writing_.swap(outgoing_);
+    outgoing_.clear();
+    net::async_write(socket_, net::buffer(writing_),
+                     [self = shared_from_this(), gen = generation_](boost::system::error_code ec, std::size_t) {
+                         if (gen != self->generation_) return;
+                         self->write_in_flight_ = false;
+                         self->writing_.clear();
+                         if (ec) {
+                             self->fail("write: " + ec.message());
+                             return;
+                         }
+                         self->flush();
+                     });
+}
+
+void Connection::read() {
+    socket_.async_read_some(
+        net::buffer(read_buffer_), [self = shared_from_this(), gen = generation_](boost::system::error_code ec,
+                                                                                  std::size_t n) {
+            if (gen != self->generation_) return;
+            if (ec) {
+                self->fail(ec == net::error::eof ? "closed by the server" : "read: " + ec.message());
+                return;
+            }
+            try {
+                self->reader_.feed(self->read_buffer_.data(), n);
+                Reply reply;
+                while (self->reader_.next(reply)) {
+                    if (self->callbacks_.empty()) throw std::runtime_error("a reply nobody asked for");
+                    auto cb = std::move(self->callbacks_.front());
+                    self->callbacks_.pop_front();
+                    cb(Result{CallError::none, std::move(reply)});
+                    if (gen != self->generation_) return;  // the callback failed the connection
+                }
+            } catch (const std::exception& e) {
+                self->fail(e.what());
+                return;
+            }
+            self->read();
+        });
+}
+
+void Connection::fail(const std::string& why) {
+    ++generation_;  // every handler of the old socket stands down
+    bool was_ready = ready_;
+    connected_ = false;
+    write_in_flight_ = false;
+    outgoing_.clear();
+    writing_.clear();
+    boost::system::error_code ignored;
+    socket_.close(ignored);
+    auto callbacks = std::move(callbacks_);
+    callbacks_.clear();
+    if (was_ready) set_ready(false);
+    for (auto& cb : callbacks) cb(Result{CallError::disconnected, {}});
+    if (why != last_error_ && !stopped_) {
+        spdlog::warn("redis {}:{}: {}; reconnecting", endpoint_.host, endpoint_.port, why);
+        last_error_ = why;
+    }
+    schedule_reconnect();
+}
+
+void Connection::schedule_reconnect() {
+    if (stopped_) return;
+    retry_timer_.expires_after(backoff_);
+    backoff_ = std::min(backoff_ * 2, std::chrono::milliseconds(2000));
+    retry_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+        if (!ec) self->connect();
+    });
+}
+
+}  // namespace tokengate::redis

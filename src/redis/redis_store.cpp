@@ -1,0 +1,417 @@
+#include "tokengate/redis/redis_store.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <deque>
+#include <optional>
+#include <random>
+
+#include "tokengate/redis/script.hpp"
+
+namespace tokengate::redis {
+
+namespace net = boost::asio;
+using limiter::Charge;
+using limiter::Decision;
+
+namespace {
+
+constexpr auto k_use = net::as_tuple(net::use_awaitable);
+
+std::atomic<std::uint64_t> g_store_ids{0};
+
+/// This thread's clients, by store id (a thread serves one loop; a test may run several stores).
+thread_local std::vector<std::pair<std::uint64_t, void*>> t_clients;
+
+std::string random_replica_id() {
+    std::random_device rd;
+    std::uint64_t v = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+    return buf;
+}
+
+const char* policy_name(config::OnStoreError e) {
+    switch (e) {
+        case config::OnStoreError::fail_open: return "fail_open";
+        case config::OnStoreError::fail_closed: return "fail_closed";
+        case config::OnStoreError::local: return "local";
+    }
+    return "local";
+}
+
+const char* error_name(CallError e) {
+    switch (e) {
+        case CallError::none: return "error";
+        case CallError::timeout: return "timeout";
+        case CallError::disconnected: return "disconnected";
+        case CallError::unavailable: return "unavailable";
+    }
+    return "error";
+}
+
+bool is_noscript(const Result& r) {
+    return r.error == CallError::none && r.reply.is_error() && r.reply.str.rfind("NOSCRIPT", 0) == 0;
+}
+
+}  // namespace
+
+StoreOptions options_from_env(const config::RedisConfig& config) {
+    StoreOptions o;
+    o.config = config;
+    if (const char* u = std::getenv("TOKENGATE_REDIS_USERNAME")) o.username = u;
+    if (const char* p = std::getenv("TOKENGATE_REDIS_PASSWORD")) o.password = p;
+    return o;
+}
+
+struct RedisStore::Client {
+    net::any_io_executor ex;
+    std::vector<std::shared_ptr<Connection>> connections;
+    std::size_t next = 0;
+    std::string sha;  // of the script, as this thread's connections loaded it
+    std::deque<std::vector<std::string>> retry;
+};
+
+RedisStore::RedisStore(StoreOptions options, const core::Clock& clock, metrics::Registry& registry)
+    : options_(std::move(options)),
+      clock_(clock),
+      endpoint_(Endpoint::parse(options_.config.url)),
+      replica_id_(random_replica_id()),
+      local_(clock),
+      breaker_(clock, options_.failures_to_open, options_.breaker_cooldown,
+               [this](bool open) {
+                   breaker_gauge_.set({}, open ? 1 : 0);
+                   if (open) spdlog::warn("redis circuit breaker open: skipping Redis, probing every {} ms",
+                                          options_.breaker_cooldown / 1'000'000);
+                   else spdlog::info("redis circuit breaker closed: shared limits resume");
+               }),
+      id_(++g_store_ids),
+      calls_(registry.counter("tokengate_redis_calls_total", "Redis calls by the limiter, by result.", {"result"})),
+      breaker_gauge_(registry.gauge("tokengate_redis_breaker_open", "1 while the Redis circuit breaker is open.", {})),
+      replicas_gauge_(registry.gauge("tokengate_redis_live_replicas",
+                                     "Gateway replicas announcing themselves on Redis (the local fallback's divisor).",
+                                     {})),
+      fallbacks_(registry.counter("tokengate_redis_fallback_decisions_total",
+                                  "Decisions taken without Redis, by store.redis.on_error policy.", {"policy"})),
+      retried_(registry.counter("tokengate_redis_settlements_retried_total",
+                                "Settlements that could not reach Redis and were queued for retry.", {})),
+      dropped_(registry.counter("tokengate_redis_settlements_dropped_total",
+                                "Settlements dropped because the retry queue was full.", {})) {
+    breaker_gauge_.set({}, 0);
+    replicas_gauge_.set({}, 1);
+    dropped_.add({}, 0);
+}
+
+RedisStore::~RedisStore() { stop(); }
+
+void RedisStore::attach(net::any_io_executor ex, unsigned connections) {
+    auto client = std::make_unique<Client>();
+    client->ex = ex;
+    std::vector<std::vector<std::string>> handshake;
+    if (!options_.password.empty()) {
+        if (options_.username.empty()) handshake.push_back({"AUTH", options_.password});
+        else handshake.push_back({"AUTH", options_.username, options_.password});
+    }
+    if (endpoint_.db != 0) handshake.push_back({"SELECT", std::to_string(endpoint_.db)});
+    handshake.push_back({"SCRIPT", "LOAD", std::string(limiter_script())});
+    auto* raw = client.get();
+    for (unsigned i = 0; i < std::max(1u, connections); ++i) {
+        client->connections.push_back(std::make_shared<Connection>(
+            ex, endpoint_, handshake, [raw](bool ready, const std::vector<Reply>& replies) {
+                if (ready && !replies.empty() && replies.back().type == Reply::Type::string)
+                    raw->sha = replies.back().str;
+            }));
+    }
+    {
+        std::lock_guard lock(clients_mutex_);
+        clients_.push_back(std::move(client));
+    }
+    // Binds on the loop's own thread: calls made there find this client without a lock.
+    net::post(ex, [this, raw] {
+        t_clients.emplace_back(id_, raw);
+        for (auto& c : raw->connections) c->start();
+        net::co_spawn(raw->ex, retry_loop(*raw), net::detached);
+    });
+}
+
+void RedisStore::start_heartbeat(net::any_io_executor ex) {
+    net::post(ex, [this] {
+        if (auto* c = client_here()) net::co_spawn(c->ex, heartbeat_loop(*c), net::detached);
+    });
+}
+
+void RedisStore::stop() {
+    if (stopping_.exchange(true)) return;
+    std::lock_guard lock(clients_mutex_);
+    for (auto& c : clients_) {
+        for (auto& conn : c->connections) conn->stop();
+        c->connections.clear();
+    }
+}
+
+std::size_t RedisStore::settlements_outstanding() const {
+    return settlements_in_flight_.load() + settlements_waiting_.load();
+}
+
+RedisStore::Client* RedisStore::client_here() {
+    for (const auto& [id, client] : t_clients)
+        if (id == id_) return static_cast<Client*>(client);
+    return nullptr;
+}
+
+RedisStore::Client* RedisStore::any_client() {
+    std::lock_guard lock(clients_mutex_);
+    return clients_.empty() ? nullptr : clients_.front().get();
+}
+
+Connection* RedisStore::pick(Client& c) {
+    for (std::size_t i = 0; i < c.connections.size(); ++i) {
+        auto& conn = c.connections[c.next++ % c.connections.size()];
+        if (conn->ready()) return conn.get();
+    }
+    return nullptr;
+}
+
+double RedisStore::script_now_us() const {
+    return options_.script_clock ? static_cast<double>(options_.script_clock->now()) / 1000.0 : -1.0;
+}
+
+std::string RedisStore::next_lease() {
+    auto n = lease_counter_.fetch_add(1, std::memory_order_relaxed);
+    char buf[24];
+    std::snprintf(buf, sizeof buf, ".%llx", static_cast<unsigned long long>(n));
+    return replica_id_ + buf;
+}
+
+net::awaitable<Result> RedisStore::call(Client& c, std::vector<std::string> args) {
+    struct Pending {
+        explicit Pending(const net::any_io_executor& ex) : timer(ex) {}
+        std::optional<Result> result;
+        net::steady_timer timer;
+    };
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(options_.config.timeout);
+    if (c.sha.empty()) as_eval(args);
+    else args[1] = c.sha;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+        auto* conn = pick(c);
+        if (!conn) co_return Result{CallError::unavailable, {}};
+        auto pending = std::make_shared<Pending>(c.ex);
+        pending->timer.expires_at(deadline);
+        conn->send(args, [pending](Result r) {
+            if (pending->result) return;  // too late: the caller has moved on
+            pending->result = std::move(r);
+            pending->timer.cancel();
+        });
+        if (!pending->result) co_await pending->timer.async_wait(k_use);
+        if (!pending->result) {
+            pending->result = Result{CallError::timeout, {}};
+            co_return Result{CallError::timeout, {}};
+        }
+        if (is_noscript(*pending->result) && args[0] == "EVALSHA") {
+            // SCRIPT FLUSH or a restarted Redis: send the text once, which loads it again.
+            calls_.add({"noscript"});
+            as_eval(args);
+            continue;
+        }
+        co_return std::move(*pending->result);
+    }
+    co_return Result{CallError::unavailable, {}};
+}
+
+void RedisStore::note_success() {
+    calls_.add({"ok"});
+    if (!healthy_.load(std::memory_order_relaxed) && !healthy_.exchange(true))
+        spdlog::info("redis answers again: limits are shared across replicas again");
+}
+
+void RedisStore::note_failure(CallError error) {
+    calls_.add({error_name(error)});
+    if (healthy_.load(std::memory_order_relaxed) && healthy_.exchange(false)) {
+        auto divisor = std::max(1u, live_replicas());
+        local_.clear();
+        local_.set_share_divisor(divisor);
+        spdlog::warn("redis unavailable ({}): on_error {} applies{}", error_name(error),
+                     policy_name(options_.config.on_error),
+                     options_.config.on_error == config::OnStoreError::local
+                         ? fmt::format(", each limit ÷ {} live replicas, decided in this process", divisor)
+                         : std::string());
+    }
+}
+
+net::awaitable<Decision> RedisStore::decide(std::span<const Charge> charges) {
+    co_return co_await run_decision(charges, true);
+}
+
+net::awaitable<Decision> RedisStore::peek(std::span<const Charge> charges) {
+    co_return co_await run_decision(charges, false);
+}
+
+net::awaitable<Decision> RedisStore::run_decision(std::span<const Charge> charges, bool commit) {
+    auto* client = client_here();
+    if (!client || stopping_.load() || !breaker_.allow()) {
+        calls_.add({"skipped"});
+        co_return fallback(charges, commit);
+    }
+    auto lease = commit ? next_lease() : std::string();
+    auto lease_ms = static_cast<double>(options_.lease) / 1e6;
+    auto r = co_await call(*client,
+                           decide_call("", options_.config.prefix, charges, commit, lease, lease_ms, script_now_us()).args);
+    if (r.ok()) {
+        try {
+            auto d = parse_decision(r.reply, charges);
+            breaker_.record(true);
+            note_success();
+            if (!commit) {
+                for (auto& s : d.statuses) s.charged = false;
+            } else if (d.allowed) {
+                d.settle_with = this;
+                d.lease = std::move(lease);
+            }
+            flush_retries(*client);
+            co_return d;
+        } catch (const std::exception& e) {
+            spdlog::error("redis: {}", e.what());
+        }
+    } else if (r.error == CallError::none) {
+        spdlog::error("redis refused the limiter script: {}", r.reply.str);
+    }
+    breaker_.record(false);
+    note_failure(r.error);
+    if (commit && r.error == CallError::timeout) {
+        // The script may have run after all: give back any concurrency slot it took (a
+        // release of a lease that does not exist changes nothing).
+        std::vector<Charge> slots;
+        for (const auto& c : charges)
+            if (c.spec->algorithm == config::Algorithm::concurrency) slots.push_back(c);
+        if (!slots.empty()) keep_for_retry(*client, settle_call("", options_.config.prefix, slots, 0, lease, -1).args);
+    }
+    co_return fallback(charges, commit);
+}
+
+Decision RedisStore::fallback(std::span<const Charge> charges, bool commit) {
+    auto policy = options_.config.on_error;
+    if (commit) fallbacks_.add({policy_name(policy)});
+    if (policy == config::OnStoreError::local) return commit ? local_.decide(charges) : local_.peek(charges);
+    Decision d;
+    d.statuses.resize(charges.size());
+    for (std::size_t i = 0; i < charges.size(); ++i) {
+        auto& s = d.statuses[i];
+        s.spec = charges[i].spec;
+        s.level = charges[i].level;
+        s.verdict.admitted = policy == config::OnStoreError::fail_open;
+        s.verdict.remaining = charges[i].spec->capacity;
+    }
+    d.allowed = policy == config::OnStoreError::fail_open;
+    d.unavailable = policy == config::OnStoreError::fail_closed;
+    return d;  // nothing charged anywhere: nothing to settle
+}
+
+void RedisStore::settle(std::span<const Charge> charged, double actual_cost, std::string_view lease) {
+    auto args = settle_call("", options_.config.prefix, charged, actual_cost, lease, script_now_us()).args;
+    if (args.empty()) return;
+    if (auto* here = client_here()) {
+        send_settlement(*here, std::move(args), false);
+        return;
+    }
+    auto* c = any_client();
+    if (!c) {
+        dropped_.add({});
+        spdlog::error("redis: a settlement was dropped (no Redis client)");
+        return;
+    }
+    ++settlements_in_flight_;
+    net::post(c->ex, [this, c, args = std::move(args)]() mutable {
+        --settlements_in_flight_;
+        send_settlement(*c, std::move(args), false);
+    });
+}
+
+void RedisStore::send_settlement(Client& c, std::vector<std::string> args, bool retried) {
+    auto* conn = breaker_.open() || stopping_.load() ? nullptr : pick(c);
+    if (!conn) {
+        keep_for_retry(c, std::move(args));
+        return;
+    }
+    if (c.sha.empty()) as_eval(args);
+    else if (args[0] == "EVALSHA") args[1] = c.sha;
+    ++settlements_in_flight_;
+    auto resend = args;
+    conn->send(args, [this, &c, resend = std::move(resend), retried](Result r) mutable {
+        --settlements_in_flight_;
+        if (r.ok()) {
+            calls_.add({"ok"});
+            return;
+        }
+        if (is_noscript(r) && resend[0] == "EVALSHA") {
+            calls_.add({"noscript"});
+            as_eval(resend);
+            send_settlement(c, std::move(resend), retried);
+            return;
+        }
+        calls_.add({r.error == CallError::none ? "error" : error_name(r.error)});
+        keep_for_retry(c, std::move(resend));
+    });
+}
+
+void RedisStore::keep_for_retry(Client& c, std::vector<std::string> args) {
+    retried_.add({});
+    if (c.retry.size() >= options_.retry_capacity) {
+        c.retry.pop_front();
+        --settlements_waiting_;
+        dropped_.add({});
+    }
+    c.retry.push_back(std::move(args));
+    ++settlements_waiting_;
+}
+
+void RedisStore::flush_retries(Client& c) {
+    if (c.retry.empty() || breaker_.open()) return;
+    auto waiting = std::move(c.retry);
+    c.retry.clear();
+    settlements_waiting_ -= waiting.size();
+    for (auto& args : waiting) send_settlement(c, std::move(args), true);
+}
+
+net::awaitable<void> RedisStore::retry_loop(Client& c) {
+    net::steady_timer timer(c.ex);
+    while (!stopping_.load()) {
+        timer.expires_after(std::chrono::milliseconds(250));
+        auto [ec] = co_await timer.async_wait(k_use);
+        if (ec) co_return;
+        if (!c.retry.empty() && pick(c)) flush_retries(c);
+    }
+}
+
+net::awaitable<void> RedisStore::heartbeat_loop(Client& c) {
+    net::steady_timer timer(c.ex);
+    auto ttl_ms = 3.0 * static_cast<double>(options_.heartbeat_every) / 1e6;
+    auto period = std::chrono::nanoseconds(options_.heartbeat_every);
+    timer.expires_after(std::chrono::milliseconds(20));  // soon after the connections are up
+    while (!stopping_.load()) {
+        auto [ec] = co_await timer.async_wait(k_use);
+        if (ec) co_return;
+        timer.expires_after(period);
+        if (!breaker_.allow()) continue;
+        auto r = co_await call(c, heartbeat_call("", options_.config.prefix, replica_id_, ttl_ms, script_now_us()).args);
+        if (r.ok() && r.reply.type == Reply::Type::integer) {
+            auto n = static_cast<unsigned>(std::max<long long>(1, r.reply.integer));
+            if (n != live_replicas_.exchange(n)) spdlog::info("redis: {} live replicas share the limits", n);
+            replicas_gauge_.set({}, n);
+            breaker_.record(true);
+            note_success();
+            flush_retries(c);
+        } else {
+            breaker_.record(false);
+            note_failure(r.error);
+        }
+    }
+}
+
+}  // namespace tokengate::redis

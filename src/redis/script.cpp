@@ -1,0 +1,315 @@
+#include "tokengate/redis/script.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <stdexcept>
+
+namespace tokengate::redis {
+
+namespace {
+
+// Times are microseconds (Redis TIME), kept as doubles: epoch microseconds fit a double's
+// 53-bit mantissa exactly. Floats go back to the gateway as strings, since Redis truncates
+// Lua numbers to integers. The arithmetic mirrors limiter::RateBucket (GCRA), ConcurrencyGauge
+// and ShapeQueue (FIFO), so a shared store admits exactly what one process would.
+constexpr std::string_view k_script = R"lua(
+local op = ARGV[1]
+local now
+if ARGV[2] ~= '' then
+  now = tonumber(ARGV[2])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local EPS = 1e-3
+local function num(x) return string.format('%.17g', x) end
+
+-- A rate bucket's state is "tat capacity rate"; it expires once full again.
+local function load_rate(key, cap, rate, initial)
+  local v = redis.call('GET', key)
+  if not v then return now + cap * (1 - initial) * 1e6 / rate end
+  local tat, c, r = string.match(v, '^(%S+) (%S+) (%S+)$')
+  tat, c, r = tonumber(tat), tonumber(c), tonumber(r)
+  if c ~= cap or r ~= rate then
+    local level = math.min(c - math.max(0, tat - now) * r / 1e6, cap)
+    tat = now + (cap - level) * 1e6 / rate
+  end
+  return tat
+end
+local function save_rate(key, tat, cap, rate)
+  local ttl = math.ceil((tat - now) / 1000)
+  if ttl <= 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, num(tat) .. ' ' .. num(cap) .. ' ' .. num(rate), 'PX', ttl + 1000)
+  end
+end
+-- Concurrency: a sorted set of leases ("<request>|<amount>") scored by expiry.
+local function in_use(key)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  local used = 0
+  for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do
+    used = used + tonumber(string.match(m, '|([^|]+)$'))
+  end
+  return used
+end
+
+if op == 'heartbeat' then
+  local ttl = tonumber(ARGV[4])
+  redis.call('ZADD', KEYS[1], now + ttl * 1000, ARGV[3])
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  redis.call('PEXPIRE', KEYS[1], math.ceil(ttl * 2))
+  return redis.call('ZCARD', KEYS[1])
+end
+
+if op == 'settle' then
+  -- A retried settlement whose first attempt did land must not apply twice.
+  if ARGV[4] ~= '' and not redis.call('SET', ARGV[4], 1, 'NX', 'PX', 120000) then return 0 end
+  for i, key in ipairs(KEYS) do
+    local b = 5 + (i - 1) * 4
+    local kind, cap, rate = ARGV[b], tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
+    if kind == 'c' then
+      redis.call('ZREM', key, ARGV[3] .. '|' .. ARGV[b + 3])
+    else
+      local delta = tonumber(ARGV[b + 3])
+      local tat = math.max(load_rate(key, cap, rate, 1), now)
+      if delta >= 0 then
+        tat = math.min(tat + delta * 1e6 / rate, now + 2 * cap * 1e6 / rate)
+      else
+        tat = tat - (-delta) * 1e6 / rate
+      end
+      save_rate(key, tat, cap, rate)
+    end
+  end
+  return 1
+end
+
+-- decide / peek: every limit is checked first; only if every enforced one admits is any charged.
+local lease, lease_ms = ARGV[3], tonumber(ARGV[4])
+local out = {num(now), 1}
+local state = {}
+local allowed = true
+for i, key in ipairs(KEYS) do
+  local b = 5 + (i - 1) * 7
+  local kind, cap, rate, amount = ARGV[b], tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+  local enforce = ARGV[b + 4] == '1'
+  local admitted, remaining, until_full, retry, wait = false, 0, 0, 0, 0
+  local s = {kind = kind, cap = cap, rate = rate, amount = amount}
+  if kind == 'r' then
+    local tat = load_rate(key, cap, rate, tonumber(ARGV[b + 5]))
+    local tau = cap * 1e6 / rate
+    local base = math.max(tat, now)
+    local new_tat = base + amount * 1e6 / rate
+    admitted = new_tat - now <= tau + EPS
+    if admitted then
+      until_full = new_tat - now
+      remaining = cap - until_full * rate / 1e6
+    else
+      until_full = base - now
+      remaining = cap - math.max(0, tat - now) * rate / 1e6
+      if amount > cap then retry = -1 else retry = new_tat - tau - now end
+    end
+    s.tat = new_tat
+  elseif kind == 'c' then
+    local used = in_use(key)
+    admitted = used + amount <= cap + EPS
+    if admitted then remaining = cap - used - amount else remaining = cap - used end
+    if amount > cap then retry = -1 elseif not admitted then retry = 1e6 end
+  else
+    local qkey = key .. ':q'
+    local next_free = tonumber(redis.call('GET', key) or '0')
+    redis.call('ZREMRANGEBYSCORE', qkey, '-inf', now)
+    local waiting = redis.call('ZCARD', qkey)
+    local max_wait, units = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
+    local start = math.max(now, next_free)
+    if waiting == 0 and next_free <= now then
+      admitted, remaining = true, cap
+    else
+      until_full = start - now
+      if waiting + 1 > cap then
+        local head = redis.call('ZRANGE', qkey, 0, 0, 'WITHSCORES')
+        remaining = 0
+        retry = math.max(0.001, (tonumber(head[2]) or now) - now)
+      elseif start - now > max_wait + EPS then
+        remaining = cap - waiting
+        retry = start - now - max_wait
+      else
+        admitted = true
+        remaining = cap - waiting - 1
+        wait = start - now
+      end
+    end
+    s.qkey, s.start, s.next_free = qkey, start, start + units * 1e6 / rate
+  end
+  if enforce and not admitted then allowed = false end
+  s.admitted = admitted
+  state[i] = s
+  table.insert(out, admitted and 1 or 0)
+  table.insert(out, num(remaining))
+  table.insert(out, num(until_full))
+  table.insert(out, num(retry))
+  table.insert(out, num(wait))
+end
+if not allowed then out[2] = 0 end
+if op ~= 'decide' or not allowed then return out end
+for i, key in ipairs(KEYS) do
+  local s = state[i]
+  if s.admitted then
+    if s.kind == 'r' then
+      save_rate(key, s.tat, s.cap, s.rate)
+    elseif s.kind == 'c' then
+      redis.call('ZADD', key, now + lease_ms * 1000, lease .. '|' .. ARGV[5 + (i - 1) * 7 + 3])
+      redis.call('PEXPIRE', key, math.ceil(lease_ms))
+    else
+      local ttl = math.ceil((s.next_free - now) / 1000) + 1000
+      redis.call('SET', key, num(s.next_free), 'PX', ttl)
+      if s.start > now then
+        redis.call('ZADD', s.qkey, s.start, lease .. ':' .. i)
+        redis.call('PEXPIRE', s.qkey, ttl)
+      end
+    end
+  end
+end
+return out
+)lua";
+
+char kind_of(const config::LimitSpec& spec) {
+    if (spec.algorithm == config::Algorithm::concurrency) return 'c';
+    if (limiter::is_shaping(spec)) return 's';
+    return 'r';
+}
+
+std::string key_for(std::string_view prefix, const limiter::Charge& c) {
+    std::string key;
+    key.reserve(prefix.size() + c.key.size());
+    key += prefix;
+    key += c.key;
+    return key;
+}
+
+std::string time_arg(double now_us) { return now_us < 0 ? std::string() : number_text(now_us); }
+
+double number_of(const Reply& r) {
+    if (r.type == Reply::Type::integer) return static_cast<double>(r.integer);
+    double v = 0;
+    auto [p, ec] = std::from_chars(r.str.data(), r.str.data() + r.str.size(), v);
+    if (ec != std::errc{} || p != r.str.data() + r.str.size())
+        throw std::runtime_error("redis script: bad number '" + r.str + "'");
+    return v;
+}
+
+core::Nanos nanos_from_us(double us) { return us < 0 ? -1 : static_cast<core::Nanos>(std::llround(us * 1000)); }
+
+}  // namespace
+
+std::string_view limiter_script() { return k_script; }
+
+std::string number_text(double value) {
+    char buf[64];
+    auto [p, ec] = std::to_chars(buf, buf + sizeof buf, value);
+    return std::string(buf, ec == std::errc{} ? p : buf);
+}
+
+ScriptCall decide_call(std::string_view sha, std::string_view prefix, std::span<const limiter::Charge> charges,
+                       bool commit, std::string_view lease, double lease_ms, double now_us) {
+    ScriptCall call;
+    auto& a = call.args;
+    a.reserve(3 + charges.size() * 8 + 4);
+    a.emplace_back("EVALSHA");
+    a.emplace_back(sha);
+    a.push_back(std::to_string(charges.size()));
+    for (const auto& c : charges) a.push_back(key_for(prefix, c));
+    a.emplace_back(commit ? "decide" : "peek");
+    a.push_back(time_arg(now_us));
+    a.emplace_back(lease);
+    a.push_back(number_text(lease_ms));
+    for (const auto& c : charges) {
+        const auto& spec = *c.spec;
+        char kind = kind_of(spec);
+        a.emplace_back(1, kind);
+        a.push_back(number_text(spec.capacity));
+        a.push_back(number_text(spec.rate_per_s));
+        a.push_back(number_text(c.amount));
+        a.emplace_back(spec.enforce ? "1" : "0");
+        if (kind == 's') {
+            // Without max_wait, a request may wait as long as a full queue of single units takes.
+            double max_wait_s = spec.max_wait > 0 ? static_cast<double>(spec.max_wait) / 1e9 : spec.capacity / spec.rate_per_s;
+            a.push_back(number_text(max_wait_s * 1e6));
+            a.push_back(number_text(spec.unit == config::Unit::cost ? c.amount : 1.0));
+        } else {
+            a.push_back(number_text(spec.algorithm == config::Algorithm::token_bucket ? spec.initial : 1.0));
+            a.emplace_back("0");
+        }
+    }
+    return call;
+}
+
+ScriptCall settle_call(std::string_view sha, std::string_view prefix, std::span<const limiter::Charge> charged,
+                       double actual_cost, std::string_view lease, double now_us) {
+    ScriptCall call;
+    std::vector<const limiter::Charge*> due;
+    for (const auto& c : charged)
+        if (limiter::settles(c, actual_cost)) due.push_back(&c);
+    if (due.empty()) return call;
+    auto& a = call.args;
+    a.emplace_back("EVALSHA");
+    a.emplace_back(sha);
+    a.push_back(std::to_string(due.size()));
+    for (const auto* c : due) a.push_back(key_for(prefix, *c));
+    a.emplace_back("settle");
+    a.push_back(time_arg(now_us));
+    a.emplace_back(lease);
+    bool adjusts = std::any_of(due.begin(), due.end(), [](const limiter::Charge* c) {
+        return c->spec->algorithm != config::Algorithm::concurrency;
+    });
+    a.push_back(adjusts ? std::string(prefix) + "settled:" + std::string(lease) : std::string());  // releases repeat harmlessly
+    for (const auto* c : due) {
+        bool concurrency = c->spec->algorithm == config::Algorithm::concurrency;
+        a.emplace_back(concurrency ? "c" : "r");
+        a.push_back(number_text(c->spec->capacity));
+        a.push_back(number_text(c->spec->rate_per_s));
+        // A lease is named by the amount it took, exactly as decide_call wrote it.
+        a.push_back(number_text(concurrency ? c->amount : actual_cost - c->amount));
+    }
+    return call;
+}
+
+ScriptCall heartbeat_call(std::string_view sha, std::string_view prefix, std::string_view replica, double ttl_ms,
+                          double now_us) {
+    ScriptCall call;
+    call.args = {"EVALSHA", std::string(sha), "1", std::string(prefix) + "replicas", "heartbeat",
+                 time_arg(now_us), std::string(replica), number_text(ttl_ms)};
+    return call;
+}
+
+limiter::Decision parse_decision(const Reply& reply, std::span<const limiter::Charge> charges) {
+    if (reply.type != Reply::Type::array || reply.elements.size() != 2 + 5 * charges.size())
+        throw std::runtime_error("redis script: unexpected decision reply");
+    limiter::Decision d;
+    d.statuses.resize(charges.size());
+    for (std::size_t i = 0; i < charges.size(); ++i) {
+        const auto* e = &reply.elements[2 + 5 * i];
+        auto& s = d.statuses[i];
+        s.spec = charges[i].spec;
+        s.level = charges[i].level;
+        auto& v = s.verdict;
+        v.admitted = number_of(e[0]) != 0;
+        v.remaining = number_of(e[1]);
+        v.until_full = nanos_from_us(number_of(e[2]));
+        v.retry_after = nanos_from_us(number_of(e[3]));
+        v.never = v.retry_after < 0;
+        s.wait = nanos_from_us(number_of(e[4]));
+    }
+    limiter::resolve(d);
+    if (d.allowed != (number_of(reply.elements[1]) != 0))
+        throw std::runtime_error("redis script: its verdict disagrees with the limits' verdicts");
+    return d;
+}
+
+void as_eval(std::vector<std::string>& args) {
+    args[0] = "EVAL";
+    args[1] = std::string(limiter_script());
+}
+
+}  // namespace tokengate::redis
