@@ -34,6 +34,8 @@ run_fuzz() {
     done
 }
 
+# The Redis tests start their own redis-server (installed by setup.sh); here its absence fails them.
+export TOKENGATE_REQUIRE_REDIS=1
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 run_suite release

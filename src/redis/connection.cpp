@@ -32,9 +32,10 @@ Endpoint Endpoint::parse(std::string_view url) {
                 throw std::invalid_argument("the database must be a number, got '" + std::string(db) + "'");
         }
     }
+    // The port follows the last colon, unless that colon is inside an [IPv6] literal.
     auto colon = authority.rfind(':');
-    if (colon != std::string_view::npos && authority.find(']') == std::string_view::npos
-            ? true : (colon != std::string_view::npos && colon > authority.find(']'))) {
+    auto bracket = authority.rfind(']');
+    if (colon != std::string_view::npos && (bracket == std::string_view::npos || colon > bracket)) {
         auto port = authority.substr(colon + 1);
         unsigned value = 0;
         auto [p, ec] = std::from_chars(port.data(), port.data() + port.size(), value);

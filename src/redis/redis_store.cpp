@@ -8,6 +8,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <deque>
 #include <optional>
@@ -169,6 +170,11 @@ RedisStore::Client* RedisStore::client_here() {
 RedisStore::Client* RedisStore::any_client() {
     std::lock_guard lock(clients_mutex_);
     return clients_.empty() ? nullptr : clients_.front().get();
+}
+
+bool RedisStore::ready() {
+    auto* c = client_here();
+    return c && std::any_of(c->connections.begin(), c->connections.end(), [](const auto& conn) { return conn->ready(); });
 }
 
 Connection* RedisStore::pick(Client& c) {

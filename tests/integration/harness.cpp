@@ -283,7 +283,8 @@ static void replace_all(std::string& s, const std::string& from, const std::stri
 }
 
 GatewayUnderTest::GatewayUnderTest(const std::string& config_body, const std::string& server_extra,
-                                   double mock_tokens_per_s, const std::string& upstream_extra)
+                                   double mock_tokens_per_s, const std::string& upstream_extra,
+                                   const std::vector<std::string>& launcher)
     : dir_(temp_dir()), port_(free_port()), mock_port_(free_port()), admin_port_(free_port()) {
     ::setenv("TOKENGATE_TEST_ADMIN_TOKEN", admin_token, 1);
     mock_.emplace(std::vector<std::string>{TOKENGATE_BINARY, "mock-upstream", "--port", std::to_string(mock_port_),
@@ -300,8 +301,10 @@ GatewayUnderTest::GatewayUnderTest(const std::string& config_body, const std::st
     replace_all(config_head_, "{DEAD}", dead);
     rewrite_config(config_body);
     if (!wait_for_port(mock_port_)) throw std::runtime_error("mock upstream did not start");
-    gateway_.emplace(std::vector<std::string>{TOKENGATE_BINARY, "serve", "-c", dir_ + "/gateway.yaml"},
-                     dir_ + "/gateway.log");
+    std::vector<std::string> command = launcher;
+    for (std::string a : {TOKENGATE_BINARY, "serve", "-c"}) command.push_back(a);
+    command.push_back(dir_ + "/gateway.yaml");
+    gateway_.emplace(command, dir_ + "/gateway.log");
     for (auto deadline = clock_type::now() + 10s; !wait_for_port(port_, 100ms);) {
         if (gateway_->wait(1ms) != -1 || clock_type::now() > deadline)
             throw std::runtime_error("gateway did not start: " + log());
@@ -317,13 +320,56 @@ bool GatewayUnderTest::log_contains(const std::string& text, std::chrono::millis
     }
 }
 
-static double metric_total(const std::string& metrics, const std::string& name) {
+double metric_total(const std::string& metrics, const std::string& name) {
     double total = 0;
     std::istringstream in(metrics);
     std::string line;
     while (std::getline(in, line))
-        if (line.rfind(name + "{", 0) == 0) total += std::stod(line.substr(line.rfind(' ') + 1));
+        if (line.rfind(name + "{", 0) == 0 || line.rfind(name + " ", 0) == 0)
+            total += std::stod(line.substr(line.rfind(' ') + 1));
     return total;
+}
+
+namespace {
+const char* k_redis_server = "/usr/bin/redis-server";
+}
+
+bool RedisServer::available() { return ::access(k_redis_server, X_OK) == 0; }
+
+RedisServer::RedisServer() : dir_(temp_dir()), port_(free_port()) { start(); }
+
+RedisServer::~RedisServer() {
+    if (process_) resume();
+}
+
+void RedisServer::start() {
+    process_.emplace(std::vector<std::string>{k_redis_server, "--port", std::to_string(port_), "--bind", "127.0.0.1",
+                                              "--save", "", "--appendonly", "no", "--daemonize", "no",
+                                              "--dir", dir_},
+                     dir_ + "/redis.log");
+    if (!wait_for_port(port_)) throw std::runtime_error("redis-server did not start: " + read_file(dir_ + "/redis.log"));
+}
+
+void RedisServer::kill() {
+    resume();
+    process_.reset();  // SIGKILL and reap
+}
+
+void RedisServer::pause() {
+    if (process_) ::kill(process_->pid(), SIGSTOP);
+}
+
+void RedisServer::resume() {
+    if (process_) ::kill(process_->pid(), SIGCONT);
+}
+
+std::string RedisServer::command(const std::vector<std::string>& args) const {
+    RawClient c(port_);
+    if (!c.connected()) return "";
+    std::string out = "*" + std::to_string(args.size()) + "\r\n";
+    for (const auto& a : args) out += "$" + std::to_string(a.size()) + "\r\n" + a + "\r\n";
+    c.send_all(out);
+    return c.read_some(5s, "\r\n");
 }
 
 bool GatewayUnderTest::wait_settled(double admitted, std::chrono::milliseconds timeout) const {

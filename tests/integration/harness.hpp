@@ -81,6 +81,33 @@ std::string raw_post(const std::string& path, const std::string& key, const std:
 /// A listening TCP socket on 127.0.0.1:port (SO_REUSEADDR); returns the descriptor.
 int listen_loopback(unsigned short port, int backlog);
 
+/// The sum of every series of a metric in Prometheus text (labelled or not).
+double metric_total(const std::string& metrics, const std::string& name);
+
+/// A redis-server of the test's own on a free loopback port (no persistence). Tests skip when
+/// redis-server is not installed, unless TOKENGATE_REQUIRE_REDIS=1 (CI) makes that a failure.
+class RedisServer {
+public:
+    RedisServer();
+    ~RedisServer();
+    static bool available();
+    unsigned short port() const { return port_; }
+    std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_) + "/0"; }
+    /// Kills it (SIGKILL) / starts it again on the same port, empty.
+    void kill();
+    void start();
+    /// SIGSTOP / SIGCONT: connections stay open, nothing is answered.
+    void pause();
+    void resume();
+    /// One command; returns the raw RESP reply ("" if it could not connect).
+    std::string command(const std::vector<std::string>& args) const;
+
+private:
+    std::string dir_;
+    unsigned short port_;
+    std::optional<Process> process_;
+};
+
 std::string chat_body(const std::string& model, const std::string& content, int max_tokens, bool stream,
                       bool include_usage = false);
 
@@ -89,8 +116,10 @@ class GatewayUnderTest {
 public:
     /// `config_body` may use {UPSTREAM} (the mock's URL) and {DEAD} (a URL nothing listens on);
     /// it is everything after `server:`/`upstreams:` — i.e. routes, tiers, tenants, limits.
+    /// `launcher` is put before the binary's path (e.g. faketime to skew its clocks).
     explicit GatewayUnderTest(const std::string& config_body, const std::string& server_extra = "",
-                              double mock_tokens_per_s = 1000, const std::string& upstream_extra = "");
+                              double mock_tokens_per_s = 1000, const std::string& upstream_extra = "",
+                              const std::vector<std::string>& launcher = {});
     unsigned short port() const { return port_; }
     unsigned short mock_port() const { return mock_port_; }
     unsigned short admin_port() const { return admin_port_; }

@@ -67,6 +67,8 @@ public:
     boost::asio::awaitable<limiter::Decision> peek(std::span<const limiter::Charge> charges);
     void settle(std::span<const limiter::Charge> charged, double actual_cost, std::string_view lease) override;
 
+    /// Whether the calling thread has a connection ready.
+    bool ready();
     unsigned live_replicas() const { return live_replicas_.load(std::memory_order_relaxed); }
     bool breaker_open() const { return breaker_.open(); }
     store::MemoryStore& local() { return local_; }

@@ -1,0 +1,162 @@
+// store.backend: redis through the real binary: replicas sharing one quota, skewed clocks,
+// each on_error policy when Redis dies or hangs, and the breaker closing when it is back.
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <unistd.h>
+
+#include "harness.hpp"
+
+namespace tokengate::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+
+#define REQUIRE_REDIS()                                                                     \
+    do {                                                                                    \
+        if (!RedisServer::available()) {                                                    \
+            if (std::getenv("TOKENGATE_REQUIRE_REDIS")) FAIL() << "redis-server missing";   \
+            GTEST_SKIP() << "redis-server is not installed (apt-get install redis-server)"; \
+        }                                                                                   \
+    } while (0)
+
+/// Six requests a minute per tenant, shared through Redis.
+std::string shared_config(const RedisServer& redis, const std::string& on_error, const std::string& timeout = "50ms") {
+    return "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
+           "tiers:\n  t:\n    limits:\n"
+           "      - { name: requests, algorithm: token_bucket, capacity: 6, rate: 6/min }\n"
+           "tenants:\n  - { id: acme, tier: t, keys: [\"k1\"] }\n"
+           "store:\n  backend: redis\n  redis: { url: \"" + redis.url() + "\", prefix: \"tgtest:\", timeout: " + timeout +
+           ", pool: 2, on_error: " + on_error + " }\n";
+}
+
+Response chat(const GatewayUnderTest& gw) {
+    return gw.request(Request{"POST", "/v1/chat/completions", {{"Authorization", "Bearer k1"}}, chat_body("m", "hi", 1, false)});
+}
+
+double metric(const GatewayUnderTest& gw, const std::string& name) {
+    return metric_total(gw.admin(Request{"GET", "/metrics", {}, ""}).body, name);
+}
+
+bool wait_for(const std::function<bool()>& done, std::chrono::milliseconds timeout = 15s) {
+    for (auto deadline = steady::now() + timeout; steady::now() < deadline; std::this_thread::sleep_for(50ms))
+        if (done()) return true;
+    return done();
+}
+
+TEST(RedisGateway, TwoGatewaysEnforceOneSharedQuota) {
+    REQUIRE_REDIS();
+    RedisServer redis;
+    GatewayUnderTest a(shared_config(redis, "fail_closed")), b(shared_config(redis, "fail_closed"));
+    int passed = 0, refused = 0;
+    for (int i = 0; i < 12; ++i) {
+        auto r = chat(i % 2 ? b : a);
+        if (r.status == 200) ++passed;
+        else if (r.status == 429) ++refused;
+        else ADD_FAILURE() << "status " << r.status << ": " << r.body;
+    }
+    EXPECT_EQ(passed, 6);  // capacity 6 across both, not 6 each
+    EXPECT_EQ(refused, 6);
+    EXPECT_GE(metric(a, "tokengate_redis_calls_total"), 6);
+    EXPECT_GE(metric(b, "tokengate_redis_calls_total"), 6);
+    EXPECT_EQ(metric(a, "tokengate_redis_fallback_decisions_total"), 0);
+}
+
+TEST(RedisGateway, SkewedGatewayClocksDoNotMatter) {
+    REQUIRE_REDIS();
+    if (::access("/usr/bin/faketime", X_OK) != 0) {
+        if (std::getenv("TOKENGATE_REQUIRE_REDIS")) FAIL() << "faketime missing";
+        GTEST_SKIP() << "faketime is not installed";
+    }
+    RedisServer redis;
+    GatewayUnderTest normal(shared_config(redis, "fail_closed"));
+    // Two hours ahead, wall clock and monotonic alike: a limiter on the gateway's own clock
+    // would see the tenant's bucket as refilled long ago.
+    GatewayUnderTest ahead(shared_config(redis, "fail_closed"), "", 1000, "", {"/usr/bin/faketime", "-f", "+2h"});
+    int passed = 0;
+    for (int i = 0; i < 3; ++i) passed += chat(normal).status == 200;
+    EXPECT_EQ(passed, 3);
+    int ahead_passed = 0;
+    for (int i = 0; i < 6; ++i) ahead_passed += chat(ahead).status == 200;
+    EXPECT_EQ(ahead_passed, 3);
+    EXPECT_EQ(chat(normal).status, 429);
+}
+
+TEST(RedisGateway, LocalFallbackHoldsEachLimitDividedByLiveReplicas) {
+    REQUIRE_REDIS();
+    RedisServer redis;
+    GatewayUnderTest a(shared_config(redis, "local")), b(shared_config(redis, "local"));
+    ASSERT_TRUE(wait_for([&] { return metric(a, "tokengate_redis_live_replicas") == 2; }))
+        << "both replicas announce themselves";
+    redis.kill();
+    int passed = 0;
+    auto started = steady::now();
+    for (int i = 0; i < 6; ++i) {
+        auto r = chat(a);
+        passed += r.status == 200;
+        EXPECT_TRUE(r.status == 200 || r.status == 429) << r.status << " " << r.body;
+    }
+    EXPECT_EQ(passed, 3);  // 6 ÷ 2 live replicas, from a fresh (full) local bucket
+    EXPECT_LT(steady::now() - started, 5s);
+    EXPECT_GE(metric(a, "tokengate_redis_fallback_decisions_total"), 6);
+    EXPECT_TRUE(a.log_contains("on_error local applies"));
+}
+
+TEST(RedisGateway, FailOpenAdmitsAndFailClosedRefusesWhileRedisIsDown) {
+    REQUIRE_REDIS();
+    RedisServer redis;
+    GatewayUnderTest open(shared_config(redis, "fail_open")), closed(shared_config(redis, "fail_closed"));
+    redis.kill();
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(chat(open).status, 200) << i;  // past the limit of 6: nothing counts
+    for (int i = 0; i < 3; ++i) {
+        auto r = chat(closed);
+        EXPECT_EQ(r.status, 503);
+        EXPECT_NE(r.body.find("rate_limiter_unavailable"), std::string::npos) << r.body;
+        EXPECT_EQ(r.header("retry-after"), "1");
+    }
+    EXPECT_TRUE(open.wait_settled(8));
+}
+
+TEST(RedisGateway, AHungRedisCostsARequestAtMostTheTimeout) {
+    REQUIRE_REDIS();
+    RedisServer redis;
+    GatewayUnderTest gw(shared_config(redis, "local", "100ms"));
+    ASSERT_EQ(chat(gw).status, 200);
+    redis.pause();  // connections stay open; nothing is answered
+    for (int i = 0; i < 5; ++i) {
+        auto started = steady::now();
+        auto r = chat(gw);
+        auto took = steady::now() - started;
+        EXPECT_TRUE(r.status == 200 || r.status == 429) << r.status;
+        EXPECT_LT(took, 2s) << "request " << i << " waited on a hung Redis";  // timeout 100 ms, generous bound
+    }
+    EXPECT_EQ(metric(gw, "tokengate_redis_breaker_open"), 1);
+    EXPECT_NE(gw.admin(Request{"GET", "/metrics", {}, ""}).body.find("tokengate_redis_calls_total{result=\"timeout\"}"),
+              std::string::npos);
+    redis.resume();
+}
+
+TEST(RedisGateway, WhenRedisReturnsTheBreakerClosesAndSharingResumes) {
+    REQUIRE_REDIS();
+    RedisServer redis;
+    GatewayUnderTest gw(shared_config(redis, "local"));
+    redis.kill();
+    for (int i = 0; i < 2; ++i) EXPECT_EQ(chat(gw).status, 200);  // decided locally
+    redis.start();  // back, and empty
+    ASSERT_TRUE(wait_for([&] {
+        auto m = gw.admin(Request{"GET", "/metrics", {}, ""}).body;
+        return metric_total(m, "tokengate_redis_breaker_open") == 0 &&
+               m.find("tokengate_redis_calls_total{result=\"ok\"}") != std::string::npos;
+    }));
+    // The local bucket has at most 3 left; Redis's fresh shared bucket decides again.
+    redis.command({"FLUSHALL"});
+    int passed = 0;
+    for (int i = 0; i < 10; ++i) passed += chat(gw).status == 200;
+    EXPECT_EQ(passed, 6);
+    EXPECT_NE(redis.command({"EXISTS", "tgtest:tenant:requests:acme"}), ":0\r\n");
+}
+
+}  // namespace
+}  // namespace tokengate::testing

@@ -1,0 +1,232 @@
+// The Redis store in-process against a real redis-server: its Lua arithmetic against the
+// memory store's on one fake clock, shaping slots, NOSCRIPT, and settlements that wait for
+// Redis to come back.
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include <cstdlib>
+#include <optional>
+#include <random>
+
+#include "harness.hpp"
+#include "tokengate/redis/redis_store.hpp"
+#include "tokengate/store/memory_store.hpp"
+
+namespace tokengate::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using config::Algorithm;
+using config::Level;
+using config::LimitSpec;
+using limiter::Charge;
+using limiter::Decision;
+namespace net = boost::asio;
+
+#define REQUIRE_REDIS()                                                                \
+    do {                                                                               \
+        if (!RedisServer::available()) {                                               \
+            if (std::getenv("TOKENGATE_REQUIRE_REDIS")) FAIL() << "redis-server missing"; \
+            GTEST_SKIP() << "redis-server is not installed (apt-get install redis-server)"; \
+        }                                                                              \
+    } while (0)
+
+LimitSpec spec(std::string name, Algorithm algo, double capacity, double rate, config::Unit unit = config::Unit::requests) {
+    LimitSpec s;
+    s.name = std::move(name);
+    s.algorithm = algo;
+    s.capacity = capacity;
+    s.rate_per_s = rate;
+    s.unit = unit;
+    return s;
+}
+
+Charge charge(const LimitSpec& s, Level level, std::string subject, double amount) {
+    return Charge{&s, level, std::string(config::to_string(level)) + ":" + s.name + ":" + subject, amount, {}};
+}
+
+/// A RedisStore on the test thread's own event loop.
+struct Fixture {
+    explicit Fixture(const RedisServer& redis, const core::Clock* script_clock = nullptr,
+                     config::OnStoreError on_error = config::OnStoreError::fail_closed)
+        : store(make_options(redis, script_clock, on_error), clock, registry) {
+        store.attach(ioc.get_executor(), 1);
+        for (auto deadline = std::chrono::steady_clock::now() + 5s;
+             !store.ready() && std::chrono::steady_clock::now() < deadline;)
+            ioc.run_for(5ms);
+    }
+    static redis::StoreOptions make_options(const RedisServer& redis, const core::Clock* script_clock,
+                                            config::OnStoreError on_error) {
+        redis::StoreOptions o;
+        o.config.url = redis.url();
+        o.config.timeout = 200'000'000;
+        o.config.on_error = on_error;
+        o.script_clock = script_clock;
+        return o;
+    }
+    Decision run(bool commit, const std::vector<Charge>& charges) {
+        std::optional<Decision> out;
+        net::co_spawn(ioc, commit ? store.decide(charges) : store.peek(charges),
+                      [&](std::exception_ptr, Decision d) { out = std::move(d); });
+        for (auto deadline = std::chrono::steady_clock::now() + 5s; !out && std::chrono::steady_clock::now() < deadline;)
+            ioc.run_for(1ms);
+        if (!out) throw std::runtime_error("no decision");
+        return *out;
+    }
+    void run_until(const std::function<bool()>& done, std::chrono::milliseconds timeout = 5s) {
+        for (auto deadline = std::chrono::steady_clock::now() + timeout;
+             !done() && std::chrono::steady_clock::now() < deadline;)
+            ioc.run_for(5ms);
+    }
+
+    core::SteadyClock clock;
+    metrics::Registry registry;
+    net::io_context ioc{1};
+    redis::RedisStore store;
+};
+
+TEST(RedisStore, LuaArithmeticMatchesTheMemoryStore) {
+    REQUIRE_REDIS();
+    RedisServer redis;
+    core::ManualClock fake;  // both stores read this one clock
+    Fixture f(redis, &fake);
+    ASSERT_TRUE(f.store.ready());
+    store::MemoryStore memory(fake);
+
+    auto tokens = spec("tokens", Algorithm::token_bucket, 1000, 100, config::Unit::cost);
+    auto police = spec("per-ip", Algorithm::leaky_bucket, 5, 2);
+    auto slots = spec("slots", Algorithm::concurrency, 3, 0);
+    auto shadow = spec("shadow", Algorithm::token_bucket, 2, 1);
+    shadow.enforce = false;
+    auto partial = spec("partial", Algorithm::token_bucket, 300, 7, config::Unit::cost);
+    partial.initial = 0.5;
+
+    struct Held {
+        std::vector<Charge> charged;
+        double cost;
+        std::string lease;
+        limiter::BucketStore* memory_store;
+    };
+    std::vector<Held> held;
+    std::mt19937 rng(42);
+    int admitted = 0, refused = 0;
+    for (int step = 0; step < 400; ++step) {
+        double cost = std::uniform_int_distribution<int>(1, 350)(rng);
+        std::vector<Charge> charges = {charge(tokens, Level::tenant, "acme", cost), charge(police, Level::ip, "10.0.0.1", 1),
+                                       charge(slots, Level::global, "*", 1), charge(shadow, Level::tenant, "acme", 1),
+                                       charge(partial, Level::route, "/v1", cost)};
+        auto m = memory.decide(charges);
+        auto r = f.run(true, charges);
+        ASSERT_EQ(m.allowed, r.allowed) << "step " << step;
+        ASSERT_EQ(m.rejected, r.rejected) << "step " << step;
+        EXPECT_NEAR(static_cast<double>(m.retry_after), static_cast<double>(r.retry_after), 2000) << "step " << step;
+        for (std::size_t i = 0; i < charges.size(); ++i) {
+            const auto& mv = m.statuses[i].verdict;
+            const auto& rv = r.statuses[i].verdict;
+            ASSERT_EQ(mv.admitted, rv.admitted) << "step " << step << " limit " << i;
+            EXPECT_NEAR(mv.remaining, rv.remaining, 1e-6 * charges[i].spec->capacity) << "step " << step << " limit " << i;
+            EXPECT_NEAR(static_cast<double>(mv.until_full), static_cast<double>(rv.until_full), 2000)
+                << "step " << step << " limit " << i;
+            EXPECT_EQ(m.statuses[i].charged, r.statuses[i].charged);
+        }
+        if (r.allowed) {
+            ++admitted;
+            held.push_back({limiter::charged(charges, r), cost, r.lease, m.settle_with});
+        } else {
+            ++refused;
+        }
+        // Settle some of those in flight at a random actual cost (refunds and extra charges).
+        while (!held.empty() && std::uniform_int_distribution<int>(0, 2)(rng) == 0) {
+            auto h = held.front();
+            held.erase(held.begin());
+            double actual = std::uniform_int_distribution<int>(0, static_cast<int>(h.cost * 1.5))(rng);
+            h.memory_store->settle(h.charged, actual, "");
+            f.store.settle(h.charged, actual, h.lease);
+        }
+        fake.advance(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 400'000)(rng)));
+    }
+    EXPECT_GT(admitted, 25);
+    EXPECT_GT(refused, 50);  // the sequence exercised both sides of every bucket
+}
+
+TEST(RedisStore, ShapingHandsOutStartSlotsAtTheRate) {
+    REQUIRE_REDIS();
+    RedisServer redis;
+    core::ManualClock fake;
+    Fixture f(redis, &fake);
+    auto gpu = spec("gpu", Algorithm::leaky_bucket, 3, 5);
+    gpu.mode = config::LeakyMode::shape;
+    gpu.max_wait = 5 * core::k_nanos_per_second;
+    std::vector<Charge> charges = {charge(gpu, Level::global, "*", 1)};
+    std::vector<core::Nanos> waits;
+    for (int i = 0; i < 4; ++i) {
+        auto d = f.run(true, charges);
+        ASSERT_TRUE(d.allowed) << i;
+        waits.push_back(d.statuses[0].wait);
+    }
+    EXPECT_EQ(waits, (std::vector<core::Nanos>{0, 200'000'000, 400'000'000, 600'000'000}));
+    // Three wait: the queue (capacity 3) is full.
+    auto full = f.run(true, charges);
+    EXPECT_FALSE(full.allowed);
+    EXPECT_EQ(full.statuses[0].verdict.remaining, 0);
+    // 250 ms on, the first waiter has started: one place is free, at the next slot (800 ms).
+    fake.advance(250ms);
+    auto next = f.run(true, charges);
+    ASSERT_TRUE(next.allowed);
+    EXPECT_EQ(next.statuses[0].wait, 550'000'000);
+}
+
+TEST(RedisStore, NoscriptAfterScriptFlushIsRecovered) {
+    REQUIRE_REDIS();
+    RedisServer redis;
+    Fixture f(redis);
+    auto requests = spec("requests", Algorithm::token_bucket, 5, 1);
+    std::vector<Charge> charges = {charge(requests, Level::tenant, "acme", 1)};
+    ASSERT_TRUE(f.run(true, charges).allowed);
+    ASSERT_EQ(redis.command({"SCRIPT", "FLUSH"}), "+OK\r\n");
+    auto d = f.run(true, charges);
+    EXPECT_TRUE(d.allowed);
+    EXPECT_FALSE(d.unavailable);
+    EXPECT_NEAR(d.statuses[0].verdict.remaining, 3, 0.5);  // the same bucket: two taken (plus a refill of ms)
+    auto m = f.registry.render();
+    EXPECT_NE(m.find("tokengate_redis_calls_total{result=\"noscript\"} 1"), std::string::npos) << m;
+}
+
+TEST(RedisStore, ASettlementThatCannotReachRedisIsRetriedWhenItIsBack) {
+    REQUIRE_REDIS();
+    RedisServer redis;
+    Fixture f(redis);
+    auto slots = spec("slots", Algorithm::concurrency, 1, 0);
+    std::vector<Charge> charges = {charge(slots, Level::global, "*", 1)};
+    auto held = f.run(true, charges);
+    ASSERT_TRUE(held.allowed);
+    ASSERT_FALSE(f.run(true, charges).allowed);  // the one slot is taken, on Redis
+
+    // Redis stops answering: decisions time out and open the breaker (fail_closed: 503s).
+    redis.pause();
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(f.run(true, charges).unavailable);
+    EXPECT_TRUE(f.store.breaker_open());
+    f.store.settle(limiter::charged(charges, held), 0, held.lease);
+    // Kept, not lost: the release, and one per timed-out decision (it may have taken a slot
+    // after all; releasing a lease that was never taken changes nothing).
+    EXPECT_EQ(f.store.settlements_outstanding(), 4u);
+
+    redis.resume();
+    // After its cool-down the breaker lets one call through as a probe; its success closes it
+    // and the kept release goes out.
+    for (auto deadline = std::chrono::steady_clock::now() + 10s;
+         f.store.breaker_open() && std::chrono::steady_clock::now() < deadline;) {
+        f.run(true, {});
+        f.ioc.run_for(20ms);
+    }
+    ASSERT_FALSE(f.store.breaker_open());
+    f.run_until([&] { return f.store.settlements_outstanding() == 0; });
+    EXPECT_EQ(f.store.settlements_outstanding(), 0u);
+    EXPECT_TRUE(f.run(true, charges).allowed) << "the slot was released on Redis";
+}
+
+}  // namespace
+}  // namespace tokengate::testing

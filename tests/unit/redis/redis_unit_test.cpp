@@ -1,0 +1,128 @@
+#include <gtest/gtest.h>
+
+#include "tokengate/redis/breaker.hpp"
+#include "tokengate/redis/connection.hpp"
+#include "tokengate/redis/script.hpp"
+#include "tokengate/store/memory_store.hpp"
+
+namespace tokengate::redis {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(CircuitBreaker, OpensAfterConsecutiveFailuresAndProbesOncePerCooldown) {
+    core::ManualClock clock;
+    std::vector<bool> changes;
+    CircuitBreaker b(clock, 3, core::k_nanos_per_second, [&](bool open) { changes.push_back(open); });
+    b.record(false);
+    b.record(false);
+    b.record(true);  // a success resets the run
+    b.record(false);
+    b.record(false);
+    EXPECT_FALSE(b.open());
+    b.record(false);
+    EXPECT_TRUE(b.open());
+    EXPECT_FALSE(b.allow());
+    clock.advance(999ms);
+    EXPECT_FALSE(b.allow());
+    clock.advance(1ms);
+    EXPECT_TRUE(b.allow());   // the probe
+    EXPECT_FALSE(b.allow());  // only one
+    b.record(false);          // the probe failed: another cool-down
+    EXPECT_TRUE(b.open());
+    EXPECT_FALSE(b.allow());
+    clock.advance(1s);
+    EXPECT_TRUE(b.allow());
+    b.record(true);
+    EXPECT_FALSE(b.open());
+    EXPECT_TRUE(b.allow());
+    EXPECT_EQ(changes, (std::vector<bool>{true, false}));
+}
+
+TEST(Endpoint, ParsesRedisUrls) {
+    auto e = Endpoint::parse("redis://10.1.2.3:6380/2");
+    EXPECT_EQ(e.host, "10.1.2.3");
+    EXPECT_EQ(e.port, 6380);
+    EXPECT_EQ(e.db, 2);
+    auto d = Endpoint::parse("redis://cache");
+    EXPECT_EQ(d.host, "cache");
+    EXPECT_EQ(d.port, 6379);
+    EXPECT_EQ(d.db, 0);
+    EXPECT_THROW(Endpoint::parse("http://x"), std::invalid_argument);
+    EXPECT_THROW(Endpoint::parse("redis://:secret@host:6379"), std::invalid_argument);
+    EXPECT_THROW(Endpoint::parse("redis://host:99999"), std::invalid_argument);
+    EXPECT_THROW(Endpoint::parse("redis://host:6379/x"), std::invalid_argument);
+}
+
+TEST(Resp, EncodesCommandsAndReadsRepliesInPieces) {
+    std::string out;
+    std::vector<std::string> args = {"SET", "k", std::string("a\r\nb", 4)};
+    encode_command(out, args);
+    EXPECT_EQ(out, std::string("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$4\r\na\r\nb\r\n"));
+
+    ReplyReader reader;
+    std::string wire = "*3\r\n:7\r\n$5\r\nhello\r\n$-1\r\n-NOSCRIPT No matching script\r\n";
+    Reply r;
+    for (char c : wire.substr(0, 10)) reader.feed(&c, 1);
+    EXPECT_FALSE(reader.next(r));  // incomplete
+    reader.feed(wire.data() + 10, wire.size() - 10);
+    ASSERT_TRUE(reader.next(r));
+    ASSERT_EQ(r.type, Reply::Type::array);
+    ASSERT_EQ(r.elements.size(), 3u);
+    EXPECT_EQ(r.elements[0].integer, 7);
+    EXPECT_EQ(r.elements[1].str, "hello");
+    EXPECT_EQ(r.elements[2].type, Reply::Type::nil);
+    ASSERT_TRUE(reader.next(r));
+    EXPECT_TRUE(r.is_error());
+    EXPECT_EQ(r.str, "NOSCRIPT No matching script");
+    EXPECT_FALSE(reader.next(r));
+    reader.feed("?bad\r\n", 6);
+    EXPECT_THROW(reader.next(r), std::runtime_error);
+}
+
+TEST(ScriptCalls, SettleOnlyWhatSettlementChanges) {
+    config::LimitSpec requests, tokens, slots;
+    requests.name = "requests";
+    requests.capacity = 10;
+    requests.rate_per_s = 1;
+    tokens = requests;
+    tokens.name = "tokens";
+    tokens.unit = config::Unit::cost;
+    slots.name = "slots";
+    slots.algorithm = config::Algorithm::concurrency;
+    slots.capacity = 2;
+    std::vector<limiter::Charge> charged = {{&requests, config::Level::tenant, "tenant:requests:a", 1, {}},
+                                            {&tokens, config::Level::tenant, "tenant:tokens:a", 40, {}},
+                                            {&slots, config::Level::global, "global:slots:*", 1, {}}};
+    auto call = settle_call("sha", "tg:", charged, 25, "lease1", -1);
+    // EVALSHA sha 2 keys... settle now lease marker, then 4 per key.
+    ASSERT_EQ(call.args.size(), 3u + 2 + 4 + 8);
+    EXPECT_EQ(call.args[2], "2");
+    EXPECT_EQ(call.args[3], "tg:tenant:tokens:a");
+    EXPECT_EQ(call.args[4], "tg:global:slots:*");
+    EXPECT_EQ(call.args[8], "tg:settled:lease1");
+    EXPECT_EQ(call.args[12], "-15");  // 25 actual - 40 reserved
+    EXPECT_EQ(call.args[16], "1");    // the lease's amount, as decide wrote it
+    // Nothing to settle: no call at all.
+    EXPECT_TRUE(settle_call("sha", "tg:", std::span(charged).first(1), 25, "l", -1).args.empty());
+}
+
+TEST(MemoryStoreShare, StandsInWithEachLimitDividedAndFull) {
+    core::ManualClock clock;
+    store::MemoryStore local(clock);
+    config::LimitSpec s;
+    s.name = "requests";
+    s.capacity = 6;
+    s.rate_per_s = 1;
+    s.initial = 0;  // a normal bucket would start empty; the stand-in starts full
+    local.set_share_divisor(3);
+    std::vector<limiter::Charge> c = {{&s, config::Level::tenant, "tenant:requests:a", 1, {}}};
+    EXPECT_TRUE(local.decide(c).allowed);
+    EXPECT_TRUE(local.decide(c).allowed);
+    auto third = local.decide(c);
+    EXPECT_FALSE(third.allowed);  // 6 ÷ 3 = 2
+    EXPECT_EQ(third.statuses[0].verdict.retry_after, core::k_nanos_per_second * 3);  // rate 1/s ÷ 3
+}
+
+}  // namespace
+}  // namespace tokengate::redis
