@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The memory store against the Redis store, in one run, on this machine (issue 5's benchmark).
+#   bench/run-redis-bench.sh [seconds per run, default 8]
+# Same realistic config for both (tenant requests + tokens with unit: cost, ip, route and
+# global limits; 100 tenants), nginx serving a fixed chat completion as the upstream, a
+# redis-server of its own. Prints req/s, latency, the ratio to the memory store, and the
+# Redis round trips per request (EVALSHA + EVAL calls from INFO commandstats ÷ requests). The
+# upstream's usage differs from the reservation, so every request also settles on Redis.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-8}
+scripts/setup.sh release nginx-light wrk > /dev/null
+bin=$PWD/build/release/tokengate
+work=$(mktemp -d /tmp/tokengate-redis-bench-XXXXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+ulimit -n 65536 || true
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 did not open" >&2; exit 1; }
+
+static_port=$(port); redis_port=$(port)
+completion='{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"llama3-8b","choices":[{"index":0,"message":{"role":"assistant","content":"The quick brown fox."},"finish_reason":"stop"}],"usage":{"prompt_tokens":180,"completion_tokens":120,"total_tokens":300}}'
+cat > "$work/nginx.conf" <<CONF
+worker_processes 1;
+pid $work/nginx.pid;
+error_log $work/error.log warn;
+events { worker_connections 16384; }
+http {
+  access_log off;
+  client_body_temp_path $work; proxy_temp_path $work; fastcgi_temp_path $work; uwsgi_temp_path $work; scgi_temp_path $work;
+  keepalive_requests 1000000;
+  server { listen 127.0.0.1:$static_port; location / { default_type application/json; return 200 '$completion'; } }
+}
+CONF
+nginx -c "$work/nginx.conf" -g 'daemon off;' & pids+=($!)
+redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no > "$work/redis.log" 2>&1 & pids+=($!)
+wait_port "$static_port"; wait_port "$redis_port"
+redis() { redis-cli -p "$redis_port" "$@"; }
+redis_cpu() { redis INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user):/{n+=$2} END{print n+0}'; }
+script_calls() { redis INFO commandstats | tr -d '\r' | awk -F'[=,:]' '/^cmdstat_eval(sha)?:/{n+=$3} END{print n+0}'; }
+
+start_tokengate() {  # name workers store
+  local name=$1 workers=$2 store=$3 p; p=$(port)
+  mkdir -p "$work/$name"
+  {
+    echo "server: { listen: 127.0.0.1:$p, threads: $workers, max_connections: 100000 }"
+    echo "admin: { enabled: false }"
+    echo "upstreams: [ { name: backend, url: \"http://127.0.0.1:$static_port\", max_connections: 256 } ]"
+    echo "routes:"
+    echo "  - { path: /v1/chat/completions, upstreams: [backend], limits: [ { name: route-rps, algorithm: token_bucket, capacity: 1000000, rate: 1000000/s } ] }"
+    echo "tiers:"
+    echo "  standard:"
+    echo "    limits:"
+    echo "      - { name: requests, algorithm: token_bucket, capacity: 1000000, rate: 1000000/s }"
+    echo "      - { name: tokens, algorithm: token_bucket, capacity: 10000000, rate: 10000000/s, unit: cost }"
+    echo "tenants:"
+    for i in $(seq 100); do echo "  - { id: t$i, tier: standard, keys: [ \"bench-key-$i\" ] }"; done
+    echo "ip_limits: [ { name: per-ip, algorithm: token_bucket, capacity: 100000000, rate: 100000000/s } ]"
+    echo "global_limits: [ { name: gpu, algorithm: leaky_bucket, mode: police, capacity: 1000000000, rate: 1000000000/s, unit: cost } ]"
+    echo "log: { access: $work/$name/access.log, level: warn }"
+    if [ "$store" = redis ]; then
+      echo "store: { backend: redis, redis: { url: \"redis://127.0.0.1:$redis_port/0\", timeout: 50ms, pool: 8, on_error: fail_closed } }"
+    fi
+  } > "$work/$name/gateway.yaml"
+  "$bin" serve -c "$work/$name/gateway.yaml" > "$work/$name/out.log" 2>&1 & pids+=($!); echo "$p $!"
+}
+
+run_wrk() {  # port conns
+  wrk -t2 -c"$2" -d"${secs}s" --latency -s bench/wrk-chat.lua "http://127.0.0.1:$1" 2>&1 | grep '^RESULT' || echo "RESULT 0 0 0 0 0 0"
+}
+
+printf '%-16s %3s %5s %10s %9s %9s %8s %10s %10s %10s\n' store workers conns "req/s" "p50 ms" "p99 ms" non-2xx "x memory" "redis/req" "redis cpu"
+for workers in 1 2; do
+  read -r m_port m_pid < <(start_tokengate "memory-$workers" "$workers" memory)
+  read -r r_port r_pid < <(start_tokengate "redis-$workers" "$workers" redis)
+  wait_port "$m_port"; wait_port "$r_port"
+  for conns in 64 256; do
+    read -r _ m_rps m_p50 m_p99 m_bad _ _ < <(run_wrk "$m_port" "$conns")
+    before=$(script_calls); cpu_before=$(redis_cpu)
+    read -r _ r_rps r_p50 r_p99 r_bad r_total _ < <(run_wrk "$r_port" "$conns")
+    cpu_after=$(redis_cpu)
+    sleep 0.5  # the last settlements land
+    after=$(script_calls)
+    redis_busy=$(python3 -c "print(f'{100*($cpu_after-$cpu_before)/$secs:.0f}%')")
+    ratio=$(python3 -c "print(f'{$r_rps/max($m_rps,1):.2f}')")
+    per_req=$(python3 -c "print(f'{($after-$before)/max($r_total,1):.2f}')")
+    printf '%-16s %3s %5s %10s %9s %9s %8s %10s %10s %10s\n' memory "$workers" "$conns" "$m_rps" "$m_p50" "$m_p99" "$m_bad" "1.00" "-" "-"
+    printf '%-16s %3s %5s %10s %9s %9s %8s %10s %10s %10s\n' redis "$workers" "$conns" "$r_rps" "$r_p50" "$r_p99" "$r_bad" "$ratio" "$per_req" "$redis_busy"
+  done
+  kill "$m_pid" "$r_pid" 2>/dev/null || true; sleep 0.3
+done
+echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB; $(date -u +%Y-%m-%d); wrk -t2, ${secs}s per run; redis-server $(redis-server --version | grep -o 'v=[0-9.]*'); logs in $work"
