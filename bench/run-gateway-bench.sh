@@ -11,16 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-8}
-scripts/setup.sh release nginx-light wrk > /dev/null
-bin=$PWD/build/release/tokengate
-work=$(mktemp -d /tmp/tokengate-bench-XXXXXX)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
-ulimit -n 65536 || true
-
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 did not open" >&2; exit 1; }
+source bench/lib.sh tokengate-bench
 
 static_port=$(port); mock_port=$(port)
 completion='{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"llama3-8b","choices":[{"index":0,"message":{"role":"assistant","content":"The quick brown fox jumps over the lazy dog."},"finish_reason":"stop"}],"usage":{"prompt_tokens":180,"completion_tokens":12,"total_tokens":192}}'

@@ -289,7 +289,9 @@ struct Loader {
             if (rd["url"]) {
                 c.url = r.string_of(rd["url"], "store.redis.url");
                 if (c.url.rfind("redis://", 0) != 0)
-                    r.fail(rd["url"], "store.redis.url must start with redis://");
+                    r.fail(rd["url"], "store.redis.url must start with redis:// (rediss:// is not supported)");
+                if (c.url.find('@') != std::string::npos)
+                    r.fail(rd["url"], "store.redis.url must not carry credentials; set TOKENGATE_REDIS_PASSWORD");
             }
             if (rd["prefix"]) c.prefix = r.scalar(rd["prefix"], "store.redis.prefix");
             if (rd["timeout"]) c.timeout = r.duration(rd["timeout"], "store.redis.timeout");

@@ -62,6 +62,14 @@ bool is_noscript(const Result& r) {
     return r.error == CallError::none && r.reply.is_error() && r.reply.str.rfind("NOSCRIPT", 0) == 0;
 }
 
+Endpoint parse_url(const std::string& url) {
+    try {
+        return Endpoint::parse(url);
+    } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument("store.redis.url '" + url + "': " + e.what());
+    }
+}
+
 }  // namespace
 
 StoreOptions options_from_env(const config::RedisConfig& config) {
@@ -82,7 +90,7 @@ struct RedisStore::Client {
 RedisStore::RedisStore(StoreOptions options, const core::Clock& clock, metrics::Registry& registry)
     : options_(std::move(options)),
       clock_(clock),
-      endpoint_(Endpoint::parse(options_.config.url)),
+      endpoint_(parse_url(options_.config.url)),
       replica_id_(random_replica_id()),
       local_(clock),
       breaker_(clock, options_.failures_to_open, options_.breaker_cooldown,

@@ -10,8 +10,8 @@ namespace tokengate::redis {
 namespace {
 
 // Times are microseconds (Redis TIME), kept as doubles: epoch microseconds fit a double's
-// 53-bit mantissa exactly. Floats go back to the gateway as strings, since Redis truncates
-// Lua numbers to integers. The arithmetic mirrors limiter::RateBucket (GCRA), ConcurrencyGauge
+// 53-bit mantissa exactly. Verdicts go back as integers (Redis truncates Lua numbers):
+// remaining in millionths of a unit, durations in nanoseconds. The arithmetic mirrors limiter::RateBucket (GCRA), ConcurrencyGauge
 // and ShapeQueue (FIFO), so a shared store admits exactly what one process would.
 constexpr std::string_view k_script = R"lua(
 local op = ARGV[1]
@@ -42,7 +42,7 @@ local function save_rate(key, tat, cap, rate)
   if ttl <= 0 then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, num(tat) .. ' ' .. num(cap) .. ' ' .. num(rate), 'PX', ttl + 1000)
+    redis.call('SET', key, string.format('%.17g %.17g %.17g', tat, cap, rate), 'PX', ttl + 1000)
   end
 end
 -- Concurrency: a sorted set of leases ("<request>|<amount>") scored by expiry.
@@ -87,7 +87,8 @@ end
 
 -- decide / peek: every limit is checked first; only if every enforced one admits is any charged.
 local lease, lease_ms = ARGV[3], tonumber(ARGV[4])
-local out = {num(now), 1}
+local function int(x) return math.floor(x + 0.5) end
+local out = {int(now), 1}
 local state = {}
 local allowed = true
 for i, key in ipairs(KEYS) do
@@ -146,10 +147,10 @@ for i, key in ipairs(KEYS) do
   s.admitted = admitted
   state[i] = s
   table.insert(out, admitted and 1 or 0)
-  table.insert(out, num(remaining))
-  table.insert(out, num(until_full))
-  table.insert(out, num(retry))
-  table.insert(out, num(wait))
+  table.insert(out, int(remaining * 1e6))
+  table.insert(out, int(until_full * 1000))
+  table.insert(out, int(retry * 1000))
+  table.insert(out, int(wait * 1000))
 end
 if not allowed then out[2] = 0 end
 if op ~= 'decide' or not allowed then return out end
@@ -190,16 +191,10 @@ std::string key_for(std::string_view prefix, const limiter::Charge& c) {
 
 std::string time_arg(double now_us) { return now_us < 0 ? std::string() : number_text(now_us); }
 
-double number_of(const Reply& r) {
-    if (r.type == Reply::Type::integer) return static_cast<double>(r.integer);
-    double v = 0;
-    auto [p, ec] = std::from_chars(r.str.data(), r.str.data() + r.str.size(), v);
-    if (ec != std::errc{} || p != r.str.data() + r.str.size())
-        throw std::runtime_error("redis script: bad number '" + r.str + "'");
-    return v;
+long long integer_of(const Reply& r) {
+    if (r.type != Reply::Type::integer) throw std::runtime_error("redis script: expected an integer, got '" + r.str + "'");
+    return r.integer;
 }
-
-core::Nanos nanos_from_us(double us) { return us < 0 ? -1 : static_cast<core::Nanos>(std::llround(us * 1000)); }
 
 }  // namespace
 
@@ -294,15 +289,15 @@ limiter::Decision parse_decision(const Reply& reply, std::span<const limiter::Ch
         s.spec = charges[i].spec;
         s.level = charges[i].level;
         auto& v = s.verdict;
-        v.admitted = number_of(e[0]) != 0;
-        v.remaining = number_of(e[1]);
-        v.until_full = nanos_from_us(number_of(e[2]));
-        v.retry_after = nanos_from_us(number_of(e[3]));
+        v.admitted = integer_of(e[0]) != 0;
+        v.remaining = static_cast<double>(integer_of(e[1])) / 1e6;
+        v.until_full = integer_of(e[2]);
+        v.retry_after = integer_of(e[3]) < 0 ? -1 : integer_of(e[3]);
         v.never = v.retry_after < 0;
-        s.wait = nanos_from_us(number_of(e[4]));
+        s.wait = integer_of(e[4]);
     }
     limiter::resolve(d);
-    if (d.allowed != (number_of(reply.elements[1]) != 0))
+    if (d.allowed != (integer_of(reply.elements[1]) != 0))
         throw std::runtime_error("redis script: its verdict disagrees with the limits' verdicts");
     return d;
 }

@@ -56,14 +56,6 @@ public:
             workers_.push_back(std::move(w));
         }
         port_ = endpoint.port();
-        if (config->store.backend == config::StoreBackend::redis) {
-            const auto& rc = config->store.redis;
-            services_.redis = std::make_unique<redis::RedisStore>(redis::options_from_env(rc), clock, services_.registry);
-            // store.redis.pool connections in all, split over the workers' event loops.
-            unsigned per_worker = std::max(1u, (rc.pool + threads - 1) / threads);
-            for (auto& w : workers_) services_.redis->attach(w->ioc.get_executor(), per_worker);
-            services_.redis->start_heartbeat(workers_.front()->ioc.get_executor());
-        }
         if (config->admin.enabled) {
             net::ip::tcp::endpoint admin{net::ip::make_address(config->admin.host), config->admin.port};
             auto& acc = admin_acceptor_.emplace(workers_.front()->ioc);
@@ -72,6 +64,15 @@ public:
             acc.bind(admin);
             acc.listen();
             admin_port_ = acc.local_endpoint().port();
+        }
+        if (config->store.backend == config::StoreBackend::redis) {
+            // Last: nothing that can still fail may follow connections bound to the loops.
+            const auto& rc = config->store.redis;
+            services_.redis = std::make_unique<redis::RedisStore>(redis::options_from_env(rc), clock, services_.registry);
+            // store.redis.pool connections in all, split over the workers' event loops.
+            unsigned per_worker = std::max(1u, (rc.pool + threads - 1) / threads);
+            for (auto& w : workers_) services_.redis->attach(w->ioc.get_executor(), per_worker);
+            services_.redis->start_heartbeat(workers_.front()->ioc.get_executor());
         }
     }
 

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -336,17 +337,19 @@ const char* k_redis_server = "/usr/bin/redis-server";
 
 bool RedisServer::available() { return ::access(k_redis_server, X_OK) == 0; }
 
-RedisServer::RedisServer() : dir_(temp_dir()), port_(free_port()) { start(); }
+RedisServer::RedisServer(std::vector<std::string> extra) : dir_(temp_dir()), port_(free_port()), extra_(std::move(extra)) {
+    start();
+}
 
 RedisServer::~RedisServer() {
     if (process_) resume();
 }
 
 void RedisServer::start() {
-    process_.emplace(std::vector<std::string>{k_redis_server, "--port", std::to_string(port_), "--bind", "127.0.0.1",
-                                              "--save", "", "--appendonly", "no", "--daemonize", "no",
-                                              "--dir", dir_},
-                     dir_ + "/redis.log");
+    std::vector<std::string> args{k_redis_server, "--port", std::to_string(port_), "--bind", "127.0.0.1",
+                                  "--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", dir_};
+    args.insert(args.end(), extra_.begin(), extra_.end());
+    process_.emplace(args, dir_ + "/redis.log");
     if (!wait_for_port(port_)) throw std::runtime_error("redis-server did not start: " + read_file(dir_ + "/redis.log"));
 }
 
@@ -363,13 +366,21 @@ void RedisServer::resume() {
     if (process_) ::kill(process_->pid(), SIGCONT);
 }
 
-std::string RedisServer::command(const std::vector<std::string>& args) const {
+std::string RedisServer::commands(const std::vector<std::vector<std::string>>& list) const {
     RawClient c(port_);
     if (!c.connected()) return "";
-    std::string out = "*" + std::to_string(args.size()) + "\r\n";
-    for (const auto& a : args) out += "$" + std::to_string(a.size()) + "\r\n" + a + "\r\n";
+    std::string out;
+    for (const auto& args : list) {
+        out += "*" + std::to_string(args.size()) + "\r\n";
+        for (const auto& a : args) out += "$" + std::to_string(a.size()) + "\r\n" + a + "\r\n";
+    }
     c.send_all(out);
-    return c.read_some(5s, "\r\n");
+    // Replies used here are one line each (status, integer, error): wait for all of them.
+    std::string in;
+    auto deadline = clock_type::now() + 5s;
+    while (static_cast<std::size_t>(std::count(in.begin(), in.end(), '\n')) < list.size() && clock_type::now() < deadline)
+        in += c.read_some(200ms);
+    return in;
 }
 
 bool GatewayUnderTest::wait_settled(double admitted, std::chrono::milliseconds timeout) const {

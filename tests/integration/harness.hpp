@@ -4,6 +4,7 @@
 // to it over plain sockets.
 
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <string>
@@ -84,11 +85,21 @@ int listen_loopback(unsigned short port, int backlog);
 /// The sum of every series of a metric in Prometheus text (labelled or not).
 double metric_total(const std::string& metrics, const std::string& name);
 
+/// Skips the test without redis-server, or fails it when TOKENGATE_REQUIRE_REDIS is set (CI).
+#define REQUIRE_REDIS()                                                                     \
+    do {                                                                                    \
+        if (!::tokengate::testing::RedisServer::available()) {                              \
+            if (std::getenv("TOKENGATE_REQUIRE_REDIS")) FAIL() << "redis-server missing";   \
+            GTEST_SKIP() << "redis-server is not installed (apt-get install redis-server)"; \
+        }                                                                                   \
+    } while (0)
+
 /// A redis-server of the test's own on a free loopback port (no persistence). Tests skip when
 /// redis-server is not installed, unless TOKENGATE_REQUIRE_REDIS=1 (CI) makes that a failure.
 class RedisServer {
 public:
-    RedisServer();
+    /// `extra` goes on redis-server's command line (e.g. --requirepass).
+    explicit RedisServer(std::vector<std::string> extra = {});
     ~RedisServer();
     static bool available();
     unsigned short port() const { return port_; }
@@ -99,12 +110,14 @@ public:
     /// SIGSTOP / SIGCONT: connections stay open, nothing is answered.
     void pause();
     void resume();
-    /// One command; returns the raw RESP reply ("" if it could not connect).
-    std::string command(const std::vector<std::string>& args) const;
+    /// Commands on one connection; returns the raw RESP replies ("" if it could not connect).
+    std::string command(const std::vector<std::string>& args) const { return commands({args}); }
+    std::string commands(const std::vector<std::vector<std::string>>& list) const;
 
 private:
     std::string dir_;
     unsigned short port_;
+    std::vector<std::string> extra_;
     std::optional<Process> process_;
 };
 

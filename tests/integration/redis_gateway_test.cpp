@@ -14,13 +14,6 @@ namespace {
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
 
-#define REQUIRE_REDIS()                                                                     \
-    do {                                                                                    \
-        if (!RedisServer::available()) {                                                    \
-            if (std::getenv("TOKENGATE_REQUIRE_REDIS")) FAIL() << "redis-server missing";   \
-            GTEST_SKIP() << "redis-server is not installed (apt-get install redis-server)"; \
-        }                                                                                   \
-    } while (0)
 
 /// Six requests a minute per tenant, shared through Redis.
 std::string shared_config(const RedisServer& redis, const std::string& on_error, const std::string& timeout = "50ms") {
@@ -62,6 +55,33 @@ TEST(RedisGateway, TwoGatewaysEnforceOneSharedQuota) {
     EXPECT_GE(metric(a, "tokengate_redis_calls_total"), 6);
     EXPECT_GE(metric(b, "tokengate_redis_calls_total"), 6);
     EXPECT_EQ(metric(a, "tokengate_redis_fallback_decisions_total"), 0);
+    // The bucket's key expires when it would be full again: 6 taken at 6/min is a minute.
+    auto ttl = redis.command({"PTTL", "tgtest:tenant:requests:acme"});
+    ASSERT_EQ(ttl.substr(0, 1), ":") << ttl;
+    auto ms = std::stol(ttl.substr(1));
+    EXPECT_GT(ms, 50'000);
+    EXPECT_LE(ms, 61'000);
+}
+
+TEST(RedisGateway, AuthenticatesWithThePasswordFromTheEnvironmentAndSelectsTheDatabase) {
+    REQUIRE_REDIS();
+    RedisServer redis({"--requirepass", "s3cret"});
+    ::setenv("TOKENGATE_REDIS_PASSWORD", "s3cret", 1);
+    auto config = shared_config(redis, "fail_closed");
+    config.replace(config.find("/0\""), 3, "/3\"");
+    GatewayUnderTest gw(config);
+    ::unsetenv("TOKENGATE_REDIS_PASSWORD");
+    EXPECT_EQ(chat(gw).status, 200);
+    auto replies = redis.commands({{"AUTH", "s3cret"}, {"SELECT", "3"}, {"EXISTS", "tgtest:tenant:requests:acme"}});
+    EXPECT_EQ(replies, "+OK\r\n+OK\r\n:1\r\n");
+
+    // A wrong password is a refused handshake: logged, and on_error applies (here 503).
+    ::setenv("TOKENGATE_REDIS_PASSWORD", "wrong", 1);
+    GatewayUnderTest refused(shared_config(redis, "fail_closed"));
+    ::unsetenv("TOKENGATE_REDIS_PASSWORD");
+    EXPECT_EQ(chat(refused).status, 503);
+    EXPECT_TRUE(refused.log_contains("handshake refused"));
+    EXPECT_EQ(refused.log().find("wrong"), std::string::npos) << "the password is never logged";
 }
 
 TEST(RedisGateway, SkewedGatewayClocksDoNotMatter) {

@@ -26,13 +26,6 @@ using limiter::Charge;
 using limiter::Decision;
 namespace net = boost::asio;
 
-#define REQUIRE_REDIS()                                                                \
-    do {                                                                               \
-        if (!RedisServer::available()) {                                               \
-            if (std::getenv("TOKENGATE_REQUIRE_REDIS")) FAIL() << "redis-server missing"; \
-            GTEST_SKIP() << "redis-server is not installed (apt-get install redis-server)"; \
-        }                                                                              \
-    } while (0)
 
 LimitSpec spec(std::string name, Algorithm algo, double capacity, double rate, config::Unit unit = config::Unit::requests) {
     LimitSpec s;
