@@ -132,9 +132,11 @@ void RedisStore::attach(net::any_io_executor ex, unsigned connections) {
     auto* raw = client.get();
     for (unsigned i = 0; i < std::max(1u, connections); ++i) {
         client->connections.push_back(std::make_shared<Connection>(
-            ex, endpoint_, handshake, [raw](bool ready, const std::vector<Reply>& replies) {
+            ex, endpoint_, handshake, [this, raw](bool ready, const std::vector<Reply>& replies) {
                 if (ready && !replies.empty() && replies.back().type == Reply::Type::string)
                     raw->sha = replies.back().str;
+                if (ready) ++ready_connections_;
+                else --ready_connections_;
             }));
     }
     {

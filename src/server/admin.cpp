@@ -153,8 +153,11 @@ net::awaitable<Response> handle(Services& services, const http::request<http::st
     if (get && path == "/healthz") co_return json_response(http::status::ok, {{"status", "ok"}});
     if (get && path == "/readyz") {
         bool draining = services.draining.load();
-        co_return json_response(draining ? http::status::service_unavailable : http::status::ok,
-                             {{"status", draining ? "draining" : "ready"}});
+        // fail_closed without Redis would refuse everything: send traffic elsewhere.
+        bool limiter_down = services.redis && !services.redis->connected() &&
+                            rt->config->store.redis.on_error == config::OnStoreError::fail_closed;
+        co_return json_response(draining || limiter_down ? http::status::service_unavailable : http::status::ok,
+                                {{"status", draining ? "draining" : limiter_down ? "rate_limiter_unavailable" : "ready"}});
     }
     if (get && path == "/metrics") {
         services.metrics.queue_depth.clear();

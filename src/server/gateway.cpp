@@ -150,6 +150,7 @@ private:
     }
 
     net::awaitable<void> accept_loop(Worker& w) {
+        co_await wait_for_store(w);
         for (;;) {
             auto [ec, socket] = co_await w.acceptor->async_accept(k_use);
             if (ec) {
@@ -178,6 +179,20 @@ private:
             }
             net::co_spawn(w.ioc, serve_connection(std::move(socket), w), log_exception);
         }
+    }
+
+    /// With a Redis store, the first requests wait (in the listen backlog, up to 3 s) for its
+    /// connections rather than all falling back at startup.
+    net::awaitable<void> wait_for_store(Worker& w) {
+        if (!services_.redis) co_return;
+        net::steady_timer timer(w.ioc);
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+        while (!services_.redis->connected() && std::chrono::steady_clock::now() < deadline) {
+            timer.expires_after(std::chrono::milliseconds(10));
+            co_await timer.async_wait(k_use);
+        }
+        if (!services_.redis->connected() && &w == workers_.front().get())
+            spdlog::warn("redis is not reachable yet; serving with on_error until it is");
     }
 
     net::awaitable<void> admin_accept_loop() {

@@ -141,6 +141,9 @@ TEST(RedisGateway, FailOpenAdmitsAndFailClosedRefusesWhileRedisIsDown) {
         EXPECT_EQ(r.header("retry-after"), "1");
     }
     EXPECT_TRUE(open.wait_settled(8));
+    // A fail_closed replica without Redis tells its load balancer it is not ready.
+    EXPECT_EQ(send_request(closed.admin_port(), Request{"GET", "/readyz", {}, ""}).status, 503);
+    EXPECT_EQ(send_request(open.admin_port(), Request{"GET", "/readyz", {}, ""}).status, 200);
 }
 
 TEST(RedisGateway, AHungRedisCostsARequestAtMostTheTimeout) {

@@ -69,6 +69,8 @@ public:
 
     /// Whether the calling thread has a connection ready.
     bool ready();
+    /// Whether any connection of any thread is ready.
+    bool connected() const { return ready_connections_.load() > 0; }
     unsigned live_replicas() const { return live_replicas_.load(std::memory_order_relaxed); }
     bool breaker_open() const { return breaker_.open(); }
     store::MemoryStore& local() { return local_; }
@@ -103,6 +105,7 @@ private:
     std::atomic<bool> stopping_{false};
     std::uint64_t id_;  // tells this store's per-thread clients from another's
     std::atomic<std::size_t> settlements_in_flight_{0};
+    std::atomic<unsigned> ready_connections_{0};
     std::atomic<std::size_t> settlements_waiting_{0};
 
     metrics::Family& calls_;
