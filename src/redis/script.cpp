@@ -25,24 +25,27 @@ end
 local EPS = 1e-3
 local function num(x) return string.format('%.17g', x) end
 
--- A rate bucket's state is "tat capacity rate"; it expires once full again.
-local function load_rate(key, cap, rate, initial)
+-- A rate bucket's state is "tat capacity rate" (the latter two as the gateway spelled them,
+-- so an unchanged limit is recognised without parsing); it expires once full again.
+local function load_rate(key, cap_s, rate_s, initial)
+  local cap, rate = tonumber(cap_s), tonumber(rate_s)
   local v = redis.call('GET', key)
   if not v then return now + cap * (1 - initial) * 1e6 / rate end
   local tat, c, r = string.match(v, '^(%S+) (%S+) (%S+)$')
-  tat, c, r = tonumber(tat), tonumber(c), tonumber(r)
-  if c ~= cap or r ~= rate then
+  tat = tonumber(tat)
+  if c ~= cap_s or r ~= rate_s then
+    c, r = tonumber(c), tonumber(r)
     local level = math.min(c - math.max(0, tat - now) * r / 1e6, cap)
     tat = now + (cap - level) * 1e6 / rate
   end
   return tat
 end
-local function save_rate(key, tat, cap, rate)
+local function save_rate(key, tat, cap_s, rate_s)
   local ttl = math.ceil((tat - now) / 1000)
   if ttl <= 0 then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, string.format('%.17g %.17g %.17g', tat, cap, rate), 'PX', ttl + 1000)
+    redis.call('SET', key, string.format('%.17g', tat) .. ' ' .. cap_s .. ' ' .. rate_s, 'PX', ttl + 1000)
   end
 end
 -- Concurrency: a sorted set of leases ("<request>|<amount>") scored by expiry.
@@ -68,18 +71,18 @@ if op == 'settle' then
   if ARGV[4] ~= '' and not redis.call('SET', ARGV[4], 1, 'NX', 'PX', 120000) then return 0 end
   for i, key in ipairs(KEYS) do
     local b = 5 + (i - 1) * 4
-    local kind, cap, rate = ARGV[b], tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
+    local kind, cap_s, rate_s = ARGV[b], ARGV[b + 1], ARGV[b + 2]
     if kind == 'c' then
       redis.call('ZREM', key, ARGV[3] .. '|' .. ARGV[b + 3])
     else
-      local delta = tonumber(ARGV[b + 3])
-      local tat = math.max(load_rate(key, cap, rate, 1), now)
+      local cap, rate, delta = tonumber(cap_s), tonumber(rate_s), tonumber(ARGV[b + 3])
+      local tat = math.max(load_rate(key, cap_s, rate_s, 1), now)
       if delta >= 0 then
         tat = math.min(tat + delta * 1e6 / rate, now + 2 * cap * 1e6 / rate)
       else
         tat = tat - (-delta) * 1e6 / rate
       end
-      save_rate(key, tat, cap, rate)
+      save_rate(key, tat, cap_s, rate_s)
     end
   end
   return 1
@@ -93,12 +96,13 @@ local state = {}
 local allowed = true
 for i, key in ipairs(KEYS) do
   local b = 5 + (i - 1) * 7
-  local kind, cap, rate, amount = ARGV[b], tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+  local kind, cap_s, rate_s = ARGV[b], ARGV[b + 1], ARGV[b + 2]
+  local cap, rate, amount = tonumber(cap_s), tonumber(rate_s), tonumber(ARGV[b + 3])
   local enforce = ARGV[b + 4] == '1'
   local admitted, remaining, until_full, retry, wait = false, 0, 0, 0, 0
-  local s = {kind = kind, cap = cap, rate = rate, amount = amount}
+  local s = {kind = kind, cap_s = cap_s, rate_s = rate_s}
   if kind == 'r' then
-    local tat = load_rate(key, cap, rate, tonumber(ARGV[b + 5]))
+    local tat = load_rate(key, cap_s, rate_s, tonumber(ARGV[b + 5]))
     local tau = cap * 1e6 / rate
     local base = math.max(tat, now)
     local new_tat = base + amount * 1e6 / rate
@@ -146,11 +150,12 @@ for i, key in ipairs(KEYS) do
   if enforce and not admitted then allowed = false end
   s.admitted = admitted
   state[i] = s
-  table.insert(out, admitted and 1 or 0)
-  table.insert(out, int(remaining * 1e6))
-  table.insert(out, int(until_full * 1000))
-  table.insert(out, int(retry * 1000))
-  table.insert(out, int(wait * 1000))
+  local n = #out
+  out[n + 1] = admitted and 1 or 0
+  out[n + 2] = int(remaining * 1e6)
+  out[n + 3] = int(until_full * 1000)
+  out[n + 4] = int(retry * 1000)
+  out[n + 5] = int(wait * 1000)
 end
 if not allowed then out[2] = 0 end
 if op ~= 'decide' or not allowed then return out end
@@ -158,7 +163,7 @@ for i, key in ipairs(KEYS) do
   local s = state[i]
   if s.admitted then
     if s.kind == 'r' then
-      save_rate(key, s.tat, s.cap, s.rate)
+      save_rate(key, s.tat, s.cap_s, s.rate_s)
     elseif s.kind == 'c' then
       redis.call('ZADD', key, now + lease_ms * 1000, lease .. '|' .. ARGV[5 + (i - 1) * 7 + 3])
       redis.call('PEXPIRE', key, math.ceil(lease_ms))
