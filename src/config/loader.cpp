@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
@@ -124,10 +125,16 @@ public:
         return v;
     }
 
-    std::uint64_t whole(const YAML::Node& node, std::string_view what, std::uint64_t min) const {
+    /// Doubles hold every whole number up to 2^53 exactly; nothing configurable needs more.
+    static constexpr std::uint64_t k_max_whole = std::uint64_t{1} << 53;
+
+    std::uint64_t whole(const YAML::Node& node, std::string_view what, std::uint64_t min,
+                        std::uint64_t max = k_max_whole) const {
         double v = number(node, what);
-        if (v != static_cast<double>(static_cast<std::uint64_t>(v)) || v < static_cast<double>(min))
-            fail(node, std::string(what) + " must be a whole number >= " + std::to_string(min));
+        // Range first: casting a double beyond the integer's range is undefined behaviour.
+        if (!(v >= static_cast<double>(min) && v <= static_cast<double>(max)) || v != std::floor(v))
+            fail(node, std::string(what) + " must be a whole number >= " + std::to_string(min) +
+                           (max == k_max_whole ? std::string() : " and <= " + std::to_string(max)));
         return static_cast<std::uint64_t>(v);
     }
 
@@ -219,7 +226,7 @@ struct Loader {
             s.host = hp.host;
             s.port = hp.port;
         }
-        if (n["threads"]) s.threads = static_cast<unsigned>(r.whole(n["threads"], "server.threads", 0));
+        if (n["threads"]) s.threads = static_cast<unsigned>(r.whole(n["threads"], "server.threads", 0, 1024));
         if (n["max_body_bytes"]) s.max_body_bytes = r.size(n["max_body_bytes"], "server.max_body_bytes");
         if (n["max_header_bytes"]) {
             auto v = r.size(n["max_header_bytes"], "server.max_header_bytes");
@@ -261,7 +268,7 @@ struct Loader {
             r.expect_map(rot, "log.rotate", {"max_size", "max_files"});
             if (rot["max_size"]) config.log.rotate_max_bytes = r.size(rot["max_size"], "log.rotate.max_size");
             if (rot["max_files"])
-                config.log.rotate_files = static_cast<unsigned>(r.whole(rot["max_files"], "log.rotate.max_files", 1));
+                config.log.rotate_files = static_cast<unsigned>(r.whole(rot["max_files"], "log.rotate.max_files", 1, 10000));
         }
         if (n["access"]) config.log.access = r.string_of(n["access"], "log.access");
         if (n["level"]) {
@@ -295,7 +302,7 @@ struct Loader {
             }
             if (rd["prefix"]) c.prefix = r.scalar(rd["prefix"], "store.redis.prefix");
             if (rd["timeout"]) c.timeout = r.duration(rd["timeout"], "store.redis.timeout");
-            if (rd["pool"]) c.pool = static_cast<unsigned>(r.whole(rd["pool"], "store.redis.pool", 1));
+            if (rd["pool"]) c.pool = static_cast<unsigned>(r.whole(rd["pool"], "store.redis.pool", 1, 1024));
             if (rd["on_error"]) {
                 auto e = r.string_of(rd["on_error"], "store.redis.on_error");
                 if (e == "fail_open") c.on_error = OnStoreError::fail_open;
@@ -337,7 +344,7 @@ struct Loader {
                 r.expect_map(e, "eject", {"consecutive_failures", "for"});
                 if (e["consecutive_failures"])
                     up.eject_consecutive_failures = static_cast<unsigned>(
-                        r.whole(e["consecutive_failures"], "eject.consecutive_failures", 1));
+                        r.whole(e["consecutive_failures"], "eject.consecutive_failures", 1, 1000000));
                 if (e["for"]) up.eject_for = r.duration(e["for"], "eject.for");
             }
             config.upstreams.push_back(std::move(up));
@@ -551,7 +558,7 @@ struct Loader {
                     r.expect_map(u, "route upstream", {"name", "weight"});
                     if (!u["name"]) r.fail(u, "route upstream is missing 'name'");
                     name_node.reset(u["name"]);  // operator= would assign through the alias
-                    if (u["weight"]) wu.weight = static_cast<unsigned>(r.whole(u["weight"], "weight", 1));
+                    if (u["weight"]) wu.weight = static_cast<unsigned>(r.whole(u["weight"], "weight", 1, 1000000));
                 }
                 auto name = r.string_of(name_node, "upstream name");
                 auto it = std::find_if(config.upstreams.begin(), config.upstreams.end(),
