@@ -337,7 +337,7 @@ void RedisStore::settle(std::span<const Charge> charged, double actual_cost, std
     auto args = settle_call("", options_.config.prefix, charged, actual_cost, lease, script_now_us()).args;
     if (args.empty()) return;
     if (auto* here = client_here()) {
-        send_settlement(*here, std::move(args), false);
+        send_settlement(*here, std::move(args));
         return;
     }
     auto* c = any_client();
@@ -349,11 +349,11 @@ void RedisStore::settle(std::span<const Charge> charged, double actual_cost, std
     ++settlements_in_flight_;
     net::post(c->ex, [this, c, args = std::move(args)]() mutable {
         --settlements_in_flight_;
-        send_settlement(*c, std::move(args), false);
+        send_settlement(*c, std::move(args));
     });
 }
 
-void RedisStore::send_settlement(Client& c, std::vector<std::string> args, bool retried) {
+void RedisStore::send_settlement(Client& c, std::vector<std::string> args) {
     auto* conn = breaker_.open() || stopping_.load() ? nullptr : pick(c);
     if (!conn) {
         keep_for_retry(c, std::move(args));
@@ -363,7 +363,7 @@ void RedisStore::send_settlement(Client& c, std::vector<std::string> args, bool 
     else if (args[0] == "EVALSHA") args[1] = c.sha;
     ++settlements_in_flight_;
     auto resend = args;
-    conn->send(args, [this, &c, resend = std::move(resend), retried](Result r) mutable {
+    conn->send(args, [this, &c, resend = std::move(resend)](Result r) mutable {
         --settlements_in_flight_;
         if (r.ok()) {
             calls_.add({"ok"});
@@ -372,7 +372,7 @@ void RedisStore::send_settlement(Client& c, std::vector<std::string> args, bool 
         if (is_noscript(r) && resend[0] == "EVALSHA") {
             calls_.add({"noscript"});
             as_eval(resend);
-            send_settlement(c, std::move(resend), retried);
+            send_settlement(c, std::move(resend));
             return;
         }
         calls_.add({r.error == CallError::none ? "error" : error_name(r.error)});
@@ -396,7 +396,7 @@ void RedisStore::flush_retries(Client& c) {
     auto waiting = std::move(c.retry);
     c.retry.clear();
     settlements_waiting_ -= waiting.size();
-    for (auto& args : waiting) send_settlement(c, std::move(args), true);
+    for (auto& args : waiting) send_settlement(c, std::move(args));
 }
 
 net::awaitable<void> RedisStore::retry_loop(Client& c) {

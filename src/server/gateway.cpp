@@ -80,11 +80,13 @@ public:
         for (auto& w : workers_) net::co_spawn(w->ioc, accept_loop(*w), log_exception);
         if (admin_acceptor_) net::co_spawn(workers_.front()->ioc, admin_accept_loop(), log_exception);
         net::co_spawn(workers_.front()->ioc, evict_idle_buckets(*workers_.front()), net::detached);
+        for (auto& w : workers_) net::co_spawn(w->ioc, flush_access_log(*w), net::detached);
         std::vector<std::thread> threads;
         for (std::size_t i = 1; i < workers_.size(); ++i)
             threads.emplace_back([w = workers_[i].get()] { run_worker(*w); });
         run_worker(*workers_.front());
         for (auto& t : threads) t.join();
+        for (auto& w : workers_) w->flush_access_log();  // the loops are done: no line stays behind
         if (services_.redis) services_.redis->stop();
     }
 
@@ -206,6 +208,16 @@ private:
         }
     }
 
+    net::awaitable<void> flush_access_log(Worker& w) {
+        net::steady_timer timer(w.ioc);
+        for (;;) {
+            timer.expires_after(std::chrono::milliseconds(20));
+            auto [ec] = co_await timer.async_wait(k_use);
+            if (ec) co_return;
+            w.flush_access_log();
+        }
+    }
+
     net::awaitable<void> evict_idle_buckets(Worker& w) {
         net::steady_timer timer(w.ioc);
         while (!services_.draining.load()) {
@@ -276,6 +288,18 @@ GatewayMetrics::GatewayMetrics(metrics::Registry& r)
                               "Remaining / capacity of a tenant limit after its latest decision.",
                               {"tenant", "limit"})),
       config_reloads(r.counter("tokengate_config_reloads_total", "Configuration reloads.", {"result"})) {}
+
+void Worker::log_access(std::string_view line) {
+    if (!access_batch.empty()) access_batch += '\n';
+    access_batch += line;
+    if (access_batch.size() >= 32 * 1024) flush_access_log();
+}
+
+void Worker::flush_access_log() {
+    if (access_batch.empty() || !services.access_log) return;
+    services.access_log->info(access_batch);  // the sink ends it with the last newline
+    access_batch.clear();
+}
 
 proxy::ConnectionPool& Worker::pool_for(const config::UpstreamConfig& upstream, std::size_t workers) {
     auto per_worker = (upstream.max_connections + workers - 1) / workers;

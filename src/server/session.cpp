@@ -273,7 +273,7 @@ private:
         else w.number("ttfb_ms", static_cast<double>(r.first_byte - r.started) / 1e6);
         w.number("duration_ms", static_cast<double>(now - r.started) / 1e6);
         w.close();
-        services_.access_log->info(line);
+        worker_.log_access(line);
     }
 
     /// Watches the client socket while the upstream works, so a client that goes away

@@ -85,7 +85,7 @@ private:
     boost::asio::awaitable<Result> call(Client& client, std::vector<std::string> args);
     boost::asio::awaitable<limiter::Decision> run_decision(std::span<const limiter::Charge> charges, bool commit);
     limiter::Decision fallback(std::span<const limiter::Charge> charges, bool commit);
-    void send_settlement(Client& client, std::vector<std::string> args, bool retried);
+    void send_settlement(Client& client, std::vector<std::string> args);
     void keep_for_retry(Client& client, std::vector<std::string> args);
     void flush_retries(Client& client);
     void note_failure(CallError error);
