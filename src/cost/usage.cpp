@@ -1,22 +1,26 @@
 #include "tokengate/cost/usage.hpp"
 
-#include <nlohmann/json.hpp>
+#include <simdjson.h>
 
 #include "tokengate/cost/cost.hpp"
 
 namespace tokengate::cost {
 
-using nlohmann::json;
-
 namespace {
 
-bool read_usage(const json& doc, Usage& out) {
-    if (!doc.is_object()) return false;
-    auto it = doc.find("usage");
-    if (it == doc.end() || !it->is_object()) return false;
+// Upstream bodies and SSE events are parsed on the data plane for every request: simdjson,
+// one reusable parser per thread (nlohmann's lexer was the top symbol of a forwarded request).
+simdjson::dom::parser& thread_parser() {
+    thread_local simdjson::dom::parser parser;
+    return parser;
+}
+
+bool read_usage(simdjson::dom::object doc, Usage& out) {
+    simdjson::dom::object usage;
+    if (doc["usage"].get_object().get(usage) != simdjson::SUCCESS) return false;
     auto count = [&](const char* key) -> std::uint64_t {
-        auto v = it->find(key);
-        return v != it->end() && v->is_number_unsigned() ? v->get<std::uint64_t>() : 0;
+        std::uint64_t v = 0;
+        return usage[key].get_uint64().get(v) == simdjson::SUCCESS ? v : 0;
     };
     out.known = true;
     out.prompt_tokens = count("prompt_tokens");
@@ -48,7 +52,8 @@ void JsonUsageReader::feed(std::string_view data) {
 Usage JsonUsageReader::finish() const {
     Usage u;
     if (overflowed_) return u;
-    read_usage(json::parse(body_, nullptr, false), u);
+    simdjson::dom::object doc;
+    if (thread_parser().parse(body_).get_object().get(doc) == simdjson::SUCCESS) read_usage(doc, u);
     return u;
 }
 
@@ -82,24 +87,27 @@ bool SseUsageFilter::inspect(std::string& event) {
         if (line.rfind("data:", 0) == 0) {
             auto payload = line.substr(5);
             if (!payload.empty() && payload.front() == ' ') payload.remove_prefix(1);
-            if (payload != "[DONE]") {
-                json doc = json::parse(payload, nullptr, false);
-                if (doc.is_object()) {
-                    Usage u;
-                    bool has_usage = read_usage(doc, u);
-                    if (has_usage) usage_ = u;
-                    if (auto choices = doc.find("choices"); choices != doc.end() && choices->is_array()) {
-                        for (const auto& c : *choices) {
-                            if (!c.is_object()) continue;
-                            if (auto d = c.find("delta"); d != c.end() && d->is_object()) {
-                                if (auto content = d->find("content"); content != d->end() && content->is_string())
-                                    streamed_tokens_ += estimate_tokens(content->get_ref<const std::string&>());
-                            } else if (auto text = c.find("text"); text != c.end() && text->is_string()) {
-                                streamed_tokens_ += estimate_tokens(text->get_ref<const std::string&>());
-                            }
+            simdjson::dom::object doc;
+            if (payload != "[DONE]" &&
+                thread_parser().parse(payload.data(), payload.size()).get_object().get(doc) == simdjson::SUCCESS) {
+                Usage u;
+                bool has_usage = read_usage(doc, u);
+                if (has_usage) usage_ = u;
+                simdjson::dom::array choices;
+                if (doc["choices"].get_array().get(choices) == simdjson::SUCCESS) {
+                    for (simdjson::dom::element c : choices) {
+                        simdjson::dom::object choice;
+                        if (c.get_object().get(choice) != simdjson::SUCCESS) continue;
+                        simdjson::dom::object delta;
+                        std::string_view text;
+                        if (choice["delta"].get_object().get(delta) == simdjson::SUCCESS) {
+                            if (delta["content"].get_string().get(text) == simdjson::SUCCESS)
+                                streamed_tokens_ += estimate_tokens(text);
+                        } else if (choice["text"].get_string().get(text) == simdjson::SUCCESS) {
+                            streamed_tokens_ += estimate_tokens(text);
                         }
-                        if (hide_usage_ && has_usage && choices->empty()) return false;
                     }
+                    if (hide_usage_ && has_usage && choices.size() == 0) return false;
                 }
             }
         }
