@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include "harness.hpp"
 
 namespace tokengate::testing {
@@ -55,6 +57,14 @@ TEST(RedisGateway, TwoGatewaysEnforceOneSharedQuota) {
     EXPECT_GE(metric(a, "tokengate_redis_calls_total"), 6);
     EXPECT_GE(metric(b, "tokengate_redis_calls_total"), 6);
     EXPECT_EQ(metric(a, "tokengate_redis_fallback_decisions_total"), 0);
+    // The admin view reads the shared bucket too (peek: nothing charged), from either replica.
+    for (const auto* gw : {&a, &b}) {
+        auto state = gw->admin(Request{"GET", "/admin/tenants/acme", {}, ""});
+        ASSERT_EQ(state.status, 200) << state.body;
+        auto limits = nlohmann::json::parse(state.body)["limits"];
+        ASSERT_EQ(limits.size(), 1u);
+        EXPECT_LT(limits[0]["remaining"].get<double>(), 1.0) << state.body;
+    }
     // The bucket's key expires when it would be full again: 6 taken at 6/min is a minute.
     auto ttl = redis.command({"PTTL", "tgtest:tenant:requests:acme"});
     ASSERT_EQ(ttl.substr(0, 1), ":") << ttl;
