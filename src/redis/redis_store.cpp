@@ -362,13 +362,16 @@ void RedisStore::send_settlement(Client& c, std::vector<std::string> args) {
     if (c.sha.empty()) as_eval(args);
     else if (args[0] == "EVALSHA") args[1] = c.sha;
     ++settlements_in_flight_;
-    auto resend = args;
-    conn->send(args, [this, &c, resend = std::move(resend)](Result r) mutable {
+    // The arguments are encoded at once; the callback keeps them (shared, not copied) in case
+    // the settlement has to be sent again.
+    auto held = std::make_shared<std::vector<std::string>>(std::move(args));
+    conn->send(*held, [this, &c, held](Result r) {
         --settlements_in_flight_;
         if (r.ok()) {
             calls_.add({"ok"});
             return;
         }
+        auto& resend = *held;
         if (is_noscript(r) && resend[0] == "EVALSHA") {
             calls_.add({"noscript"});
             as_eval(resend);
