@@ -119,13 +119,19 @@ net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& heal
     if (hooks.decorate) hooks.decorate(response.base());
 
     http::serializer<false, http::buffer_body> serializer{response};
-    client.stream.expires_after(ns(cfg.stream_idle_timeout));
-    auto [hec, hn] = co_await http::async_write_header(client.stream, serializer, k_use);
-    if (hec) {
-        watch->active = nullptr;
-        pool.release(std::move(conn), false);
-        result.outcome = ForwardOutcome::client_gone;
-        co_return result;
+    // When body bytes came with the head (a JSON completion usually does), the head leaves
+    // with the first body piece in one send: one segment and one wakeup of the client fewer.
+    // Otherwise (a stream still generating) the head goes at once, so the client sees it early.
+    bool head_alone = client.head_request || (body_follows && conn->buffer.size() == 0);
+    if (head_alone) {
+        client.stream.expires_after(ns(cfg.stream_idle_timeout));
+        auto [hec, hn] = co_await http::async_write_header(client.stream, serializer, k_use);
+        if (hec) {
+            watch->active = nullptr;
+            pool.release(std::move(conn), false);
+            result.outcome = ForwardOutcome::client_gone;
+            co_return result;
+        }
     }
 
     std::array<char, k_relay_chunk> chunk;
