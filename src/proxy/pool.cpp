@@ -10,6 +10,7 @@ namespace tokengate::proxy {
 
 namespace {
 constexpr auto k_use = net::as_tuple(net::use_awaitable);
+constexpr auto k_trust_idle_for = std::chrono::seconds(1);
 
 /// An idle connection the upstream already closed reads as EOF without blocking.
 bool peer_closed(beast::tcp_stream& stream) {
@@ -43,7 +44,11 @@ net::awaitable<ConnectionPool::Acquired> ConnectionPool::acquire(bool fresh) {
         while (!fresh && !idle_.empty()) {
             auto conn = std::move(idle_.back());
             idle_.pop_back();
-            if (!peer_closed(conn->stream)) {
+            // Upstreams keep idle connections for seconds (uvicorn 5 s, nginx 75 s): one idle
+            // for less than a second is not worth a syscall to check; the rare close that
+            // races with reuse is caught by forward's one retry on a reused connection.
+            bool recently_used = std::chrono::steady_clock::now() - conn->idle_since < k_trust_idle_for;
+            if (recently_used || !peer_closed(conn->stream)) {
                 conn->reused = true;
                 co_return Acquired{{}, std::move(conn)};
             }
@@ -87,6 +92,7 @@ net::awaitable<ConnectionPool::Acquired> ConnectionPool::connect() {
 void ConnectionPool::release(std::unique_ptr<UpstreamConnection> connection, bool reusable) {
     if (reusable && connection->buffer.size() == 0) {
         connection->stream.expires_never();
+        connection->idle_since = std::chrono::steady_clock::now();
         idle_.push_back(std::move(connection));
     } else {
         beast::error_code ignored;

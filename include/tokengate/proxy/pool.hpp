@@ -6,6 +6,7 @@
 #include <boost/beast/core/tcp_stream.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <memory>
 
@@ -21,6 +22,7 @@ struct UpstreamConnection {
     beast::tcp_stream stream;
     beast::flat_buffer buffer;
     bool reused = false;
+    std::chrono::steady_clock::time_point idle_since;  // when it went back to the pool
 };
 
 /// Passive health of one upstream, shared by every worker thread: after N consecutive
