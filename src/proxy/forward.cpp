@@ -1,7 +1,10 @@
 #include "tokengate/proxy/forward.hpp"
 
+#include "tokengate/proxy/wire.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 
 #include <array>
 #include <string>
@@ -24,31 +27,8 @@ bool is_connection_failure(const beast::error_code& ec) {
 
 }  // namespace
 
-void strip_hop_by_hop(http::fields& fields) {
-    std::vector<std::string> named;
-    auto [first, last] = fields.equal_range(http::field::connection);
-    for (auto it = first; it != last; ++it) {
-        std::string_view v = it->value();
-        std::size_t start = 0;
-        while (start <= v.size()) {
-            auto comma = v.find(',', start);
-            auto token = v.substr(start, comma == std::string_view::npos ? v.size() - start : comma - start);
-            while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
-            while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
-            if (!token.empty()) named.emplace_back(token);
-            if (comma == std::string_view::npos) break;
-            start = comma + 1;
-        }
-    }
-    for (const auto& name : named) fields.erase(name);
-    for (auto f : {http::field::connection, http::field::keep_alive, http::field::proxy_authenticate,
-                   http::field::proxy_authorization, http::field::te, http::field::trailer,
-                   http::field::transfer_encoding, http::field::upgrade, http::field::proxy_connection})
-        fields.erase(f);
-}
-
 net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& health,
-                                      http::request<http::string_body>& request, ClientSide client,
+                                      const UpstreamRequest& request, ClientSide client,
                                       std::shared_ptr<ExchangeWatch> watch, const ForwardHooks& hooks,
                                       const core::Clock& clock) {
     ForwardResult result;
@@ -81,7 +61,8 @@ net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& heal
         watch->active = conn.get();
 
         conn->stream.expires_after(ns(cfg.first_byte_timeout));
-        auto [wec, written] = co_await http::async_write(conn->stream, request, k_use);
+        std::array<net::const_buffer, 2> request_bytes = {net::buffer(request.head), net::buffer(request.body)};
+        auto [wec, written] = co_await net::async_write(conn->stream, request_bytes, k_use);
         parser.emplace();
         parser->header_limit(k_upstream_header_limit);
         parser->body_limit(boost::none);
@@ -103,81 +84,80 @@ net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& heal
     }
 
     result.first_byte_at = clock.now();
-    result.response_started = true;
     auto& response = parser->get();
     result.status = response.result_int();
     bool upstream_keep_alive = response.keep_alive();
-    bool has_length = parser->content_length().has_value();
     bool body_follows = !parser->is_done();
-    strip_hop_by_hop(response.base());
-    response.version(client.version);
-    if (body_follows && !has_length) {
-        if (client.version >= 11) response.chunked(true);
-        else client.keep_alive = false;  // HTTP/1.0: the body ends when the connection closes
+    bool chunked = false;
+    if (body_follows && !parser->content_length()) {
+        if (client.version >= 11) chunked = true;  // re-framed: the upstream's framing is hop-by-hop
+        else client.keep_alive = false;            // HTTP/1.0: the body ends when the connection closes
     }
-    response.keep_alive(client.keep_alive);
-    if (hooks.decorate) hooks.decorate(response.base());
+    std::string head;
+    head.reserve(1024);
+    wire::status_line(head, client.version, result.status, response.reason());
+    wire::forwardable_fields(head, response.base(), hooks.replaced);
+    if (chunked) head.append("Transfer-Encoding: chunked\r\n");
+    wire::connection(head, client.version, client.keep_alive);
+    if (hooks.decorate) hooks.decorate(response.base(), head);
+    head.append(wire::k_crlf);
 
-    http::serializer<false, http::buffer_body> serializer{response};
-    // When body bytes came with the head (a JSON completion usually does), the head leaves
-    // with the first body piece in one send: one segment and one wakeup of the client fewer.
-    // Otherwise (a stream still generating) the head goes at once, so the client sees it early.
-    bool head_alone = client.head_request || (body_follows && conn->buffer.size() == 0);
-    if (head_alone) {
+    // Sends what is pending — the head if not yet sent, a body piece, the last chunk — in one
+    // write: with the body bytes that came with the head (a JSON completion usually does), head
+    // and body leave in one segment, one wakeup of the client fewer.
+    bool head_sent = false;
+    char size_line[24];
+    auto send = [&](std::string_view piece, bool last) {
+        std::array<net::const_buffer, 5> out{};
+        std::size_t n = 0;
+        if (!head_sent) out[n++] = net::buffer(head);
+        if (chunked && !piece.empty()) out[n++] = net::buffer(wire::chunk_size_line(piece.size(), size_line));
+        if (!piece.empty()) out[n++] = net::buffer(piece);
+        if (chunked && !piece.empty()) out[n++] = net::buffer(wire::k_crlf);
+        if (chunked && last) out[n++] = net::buffer(wire::k_last_chunk);
+        head_sent = true;
+        result.body_bytes += piece.size();
         client.stream.expires_after(ns(cfg.stream_idle_timeout));
-        auto [hec, hn] = co_await http::async_write_header(client.stream, serializer, k_use);
-        if (hec) {
-            watch->active = nullptr;
-            pool.release(std::move(conn), false);
-            result.outcome = ForwardOutcome::client_gone;
-            co_return result;
-        }
-    }
+        return net::async_write(client.stream, out, k_use);
+    };
 
-    std::array<char, k_relay_chunk> chunk;
     bool upstream_failed = false;
     bool client_failed = false;
-    while (!client.head_request) {
-        if (!parser->is_done()) {
-            response.body().data = chunk.data();
-            response.body().size = chunk.size();
-            conn->stream.expires_after(ns(cfg.stream_idle_timeout));
-            auto [rec, rn] = co_await http::async_read_some(conn->stream, conn->buffer, *parser, k_use);
-            if (rec && rec != http::error::need_buffer) {
-                upstream_failed = true;
-                break;
-            }
-            std::size_t got = chunk.size() - response.body().size;
-            bool last = parser->is_done();
-            std::string_view out(chunk.data(), got);
-            if (hooks.on_chunk) out = hooks.on_chunk(out, last);
-            // Nothing to send yet (only chunk framing was parsed, or the hook holds a partial
-            // event): an empty buffer with more=true would make the chunked serializer emit its
-            // terminating chunk, so read on instead.
-            if (out.empty() && !last) continue;
-            response.body().data = const_cast<char*>(out.data());
-            response.body().size = out.size();
-            response.body().more = !last;
-            result.body_bytes += out.size();
-        } else {
-            response.body().data = nullptr;
-            response.body().size = 0;
-            response.body().more = false;
-        }
-        client.stream.expires_after(ns(cfg.stream_idle_timeout));
-        auto [wec, wn] = co_await http::async_write(client.stream, serializer, k_use);
-        if (wec && wec != http::error::need_buffer) {
-            client_failed = true;
+    // A stream still generating gets its head at once, so the client sees the response begin.
+    if (client.head_request || (body_follows && conn->buffer.size() == 0)) {
+        auto [ec, n] = co_await send({}, false);
+        client_failed = static_cast<bool>(ec);
+    }
+    std::array<char, k_relay_chunk> chunk;
+    while (!client_failed && !client.head_request && !parser->is_done()) {
+        response.body().data = chunk.data();
+        response.body().size = chunk.size();
+        conn->stream.expires_after(ns(cfg.stream_idle_timeout));
+        auto [rec, rn] = co_await http::async_read_some(conn->stream, conn->buffer, *parser, k_use);
+        if (rec && rec != http::error::need_buffer) {
+            upstream_failed = true;
             break;
         }
-        if (serializer.is_done()) break;
+        bool last = parser->is_done();
+        std::string_view piece(chunk.data(), chunk.size() - response.body().size);
+        if (hooks.on_chunk) piece = hooks.on_chunk(piece, last);
+        // Nothing to send yet (only chunk framing was parsed, or the hook holds a partial event).
+        if (piece.empty() && !last) continue;
+        auto [wec, wn] = co_await send(piece, last);
+        client_failed = static_cast<bool>(wec);
     }
+    if (!head_sent && !upstream_failed && !client_failed) {  // a response without a body
+        auto [ec, n] = co_await send({}, true);
+        client_failed = static_cast<bool>(ec);
+    }
+    result.response_started = head_sent;
 
     watch->active = nullptr;
     if (upstream_failed && !watch->client_gone) {
         health.record_failure(cfg, clock.now());
         pool.release(std::move(conn), false);
-        result.outcome = ForwardOutcome::upstream_broken;
+        // Nothing reached the client yet (the head waited for the body): it can still get a 502.
+        result.outcome = head_sent ? ForwardOutcome::upstream_broken : ForwardOutcome::upstream_unavailable;
         co_return result;
     }
     if (client_failed || watch->client_gone) {

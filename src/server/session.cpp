@@ -19,6 +19,7 @@
 #include "tokengate/cost/usage.hpp"
 #include "tokengate/limiter/headers.hpp"
 #include "tokengate/proxy/forward.hpp"
+#include "tokengate/proxy/wire.hpp"
 #include "tokengate/server/responses.hpp"
 
 namespace tokengate::server {
@@ -36,6 +37,24 @@ const std::vector<limiter::HeaderField> k_retry_in_a_second = {{"Retry-After", "
 constexpr std::size_t k_max_pipelined_bytes = 64 * 1024;
 
 std::chrono::nanoseconds ns(Nanos n) { return std::chrono::nanoseconds(n); }
+
+bool starts_with_nocase(std::string_view s, std::string_view prefix) {
+    return s.size() >= prefix.size() && beast::iequals(s.substr(0, prefix.size()), prefix);
+}
+
+/// Client fields the gateway replaces (or keeps to itself) on the way upstream.
+bool replaced_in_upstream_request(std::string_view name) {
+    for (std::string_view f : {"host", "authorization", "expect", "content-length", "x-forwarded-for",
+                               "x-forwarded-proto", "x-api-key", "x-request-id"})
+        if (beast::iequals(name, f)) return true;
+    return false;
+}
+
+/// Upstream fields the gateway's own rate-limit and request-id fields replace.
+bool replaced_in_response(std::string_view name) {
+    return starts_with_nocase(name, "x-ratelimit") || starts_with_nocase(name, "ratelimit") ||
+           beast::iequals(name, "x-request-id");
+}
 
 std::string new_request_id() {
     thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -224,17 +243,9 @@ public:
 
 private:
     net::awaitable<void> send_error(http::status status, std::string_view code, std::string_view message) {
-        auto res = error_response(status, "invalid_request_error", code, message, 11, false);
+        auto text = error_response_text(status, "invalid_request_error", code, message, 11, false, {}, {});
         stream_.expires_after(std::chrono::seconds(5));
-        co_await http::async_write(stream_, res, k_use);
-    }
-
-    template <typename Response>
-    net::awaitable<bool> respond(Response& res, bool keep_alive, Nanos write_timeout) {
-        res.keep_alive(keep_alive);
-        stream_.expires_after(ns(write_timeout));
-        auto [ec, n] = co_await http::async_write(stream_, res, k_use);
-        co_return !ec && keep_alive;
+        co_await net::async_write(stream_, net::buffer(text), k_use);
     }
 
     /// One access-log line and the request's metrics, once per request.
@@ -366,12 +377,12 @@ private:
         auto finish_error = [&](http::status status, std::string_view type, std::string_view code,
                                 std::string_view message,
                                 const std::vector<limiter::HeaderField>& extra = {}) -> net::awaitable<bool> {
-            auto res = error_response(status, type, code, message, version, keep_alive);
-            res.set("X-Request-Id", rec.request_id);
-            for (const auto& h : extra) res.set(h.name, h.value);
+            auto text = error_response_text(status, type, code, message, version, keep_alive, rec.request_id, extra);
             rec.status = static_cast<unsigned>(status);
             record(rec);
-            co_return co_await respond(res, keep_alive, cfg.server.idle_timeout);
+            stream_.expires_after(ns(cfg.server.idle_timeout));
+            auto [ec, n] = co_await net::async_write(stream_, net::buffer(text), k_use);
+            co_return !ec && keep_alive;
         };
 
         if (services_.draining.load()) {
@@ -469,47 +480,43 @@ private:
         const auto& upstream = cfg.upstreams[upstream_index];
         rec.upstream = upstream.name;
 
-        http::request<http::string_body> up{req.method(), upstream.base_path + std::string(target), 11};
-        for (const auto& field : req) {
-            if (field.name() != http::field::unknown) up.insert(field.name(), field.value());
-            else up.insert(field.name_string(), field.value());
-        }
-        proxy::strip_hop_by_hop(up.base());
-        for (auto f : {http::field::host, http::field::authorization, http::field::expect,
-                       http::field::content_length})
-            up.erase(f);
-        up.erase("X-Forwarded-For");
-        up.erase("x-api-key");
-        up.erase("x-request-id");
-        up.set(http::field::host, upstream.host + ":" + std::to_string(upstream.port));
-        if (!upstream.api_key.empty()) up.set(http::field::authorization, "Bearer " + upstream.api_key);
+        proxy::UpstreamRequest up;
+        up.head.reserve(1024);
+        up.head.append(req.method_string()).append(" ").append(upstream.base_path).append(target).append(" HTTP/1.1\r\n");
+        proxy::wire::forwardable_fields(up.head, req.base(), replaced_in_upstream_request);
+        up.head.append("Host: ").append(upstream.host).push_back(':');
+        up.head.append(std::to_string(upstream.port)).append("\r\n");
+        if (!upstream.api_key.empty()) up.head.append("Authorization: Bearer ").append(upstream.api_key).append("\r\n");
         auto forwarded = req["X-Forwarded-For"];
-        up.set("X-Forwarded-For",
-               forwarded.empty() ? peer_ : std::string(forwarded) + ", " + peer_);
-        up.set("X-Forwarded-Proto", "http");
-        up.set("X-Request-Id", rec.request_id);
+        up.head.append("X-Forwarded-For: ");
+        if (!forwarded.empty()) up.head.append(forwarded).append(", ");
+        up.head.append(peer_).append("\r\nX-Forwarded-Proto: http\r\n");
+        proxy::wire::field(up.head, "X-Request-Id", rec.request_id);
         // A stream's usage arrives only if asked for: ask on the client's behalf, and hide the
         // answer from a client that did not ask.
         bool usage_injected = summary.stream && !summary.client_wants_usage;
-        if (usage_injected) up.body() = cost::with_stream_usage(req.body(), summary.has_stream_options);
-        else up.body() = std::move(req.body());
-        up.keep_alive(true);
-        up.prepare_payload();
+        if (usage_injected) up.body = cost::with_stream_usage(req.body(), summary.has_stream_options);
+        else up.body = std::move(req.body());
+        auto method = req.method();
+        if (!up.body.empty() || method == http::verb::post || method == http::verb::put || method == http::verb::patch)
+            proxy::wire::content_length(up.head, up.body.size());
+        up.head.append(proxy::wire::k_crlf);
 
         auto& pool = worker_.pool_for(upstream, worker_.worker_count);
 
         std::optional<cost::SseUsageFilter> sse;
         std::optional<cost::JsonUsageReader> json_usage;
         proxy::ForwardHooks hooks;
-        hooks.decorate = [&](http::response_header<>& h) {
-            for (const auto& f : headers) h.set(f.name, f.value);
-            h.set("X-Request-Id", rec.request_id);
+        hooks.decorate = [&](const http::response_header<>& h, std::string& head) {
+            for (const auto& f : headers) proxy::wire::field(head, f.name, f.value);
+            proxy::wire::field(head, "X-Request-Id", rec.request_id);
             auto type = std::string_view(h[http::field::content_type]);
             if (type.rfind("text/event-stream", 0) == 0)
                 sse.emplace(usage_injected && h[http::field::content_length].empty());
             else if (type.find("json") != std::string_view::npos)
                 json_usage.emplace();
         };
+        hooks.replaced = replaced_in_response;
         hooks.on_chunk = [&](std::string_view data, bool last) -> std::string_view {
             if (sse) return sse->feed(data, last);
             if (json_usage) json_usage->feed(data);

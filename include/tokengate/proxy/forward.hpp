@@ -7,13 +7,11 @@
 
 #include "tokengate/core/clock.hpp"
 #include "tokengate/proxy/pool.hpp"
+#include "tokengate/proxy/wire.hpp"
 
 namespace tokengate::proxy {
 
 namespace http = beast::http;
-
-/// Removes hop-by-hop headers (RFC 9110 §7.6.1), including those the Connection header names.
-void strip_hop_by_hop(http::fields& fields);
 
 /// Shared between a forward and the coroutine that watches the client socket meanwhile.
 struct ExchangeWatch {
@@ -39,9 +37,18 @@ struct ForwardResult {
     core::Nanos first_byte_at = 0;  // clock time the upstream's response head arrived
 };
 
+/// The request as it goes upstream: its head already written out (wire.hpp), and its body.
+struct UpstreamRequest {
+    std::string head;
+    std::string body;
+};
+
 struct ForwardHooks {
-    /// Adds the gateway's headers to the response head just before it goes to the client.
-    std::function<void(http::response_header<>&)> decorate;
+    /// Sees the upstream's response head and appends the gateway's own fields to the head
+    /// that goes to the client.
+    std::function<void(const http::response_header<>&, std::string& head)> decorate;
+    /// Upstream response fields the gateway's own replace (not forwarded).
+    wire::FieldFilter replaced = nullptr;
     /// Sees every body chunk and returns the bytes to send on: the same, or fewer (it may hold
     /// back a partial event or drop one). The view must stay valid until the next call. `last`
     /// comes with the final piece. Only a response without Content-Length may change size.
@@ -59,7 +66,7 @@ struct ClientSide {
 /// response to the client chunk by chunk, with backpressure: a chunk is read from the upstream
 /// only after the previous one was written to the client.
 net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& health,
-                                      http::request<http::string_body>& request, ClientSide client,
+                                      const UpstreamRequest& request, ClientSide client,
                                       std::shared_ptr<ExchangeWatch> watch, const ForwardHooks& hooks,
                                       const core::Clock& clock);
 

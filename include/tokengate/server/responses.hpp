@@ -2,8 +2,11 @@
 
 #include <boost/beast/http.hpp>
 
+#include <span>
 #include <string>
 #include <string_view>
+
+#include "tokengate/limiter/headers.hpp"
 
 namespace tokengate::server {
 
@@ -12,6 +15,13 @@ namespace http = boost::beast::http;
 /// The OpenAI error body: {"error":{"message","type","param":null,"code"}}.
 std::string error_body(std::string_view message, std::string_view type, std::string_view code);
 
+/// A whole error response as it goes on the wire: head (with X-Request-Id, when given, and
+/// `extra` fields such as the rate-limit headers) and the OpenAI error body.
+std::string error_response_text(http::status status, std::string_view type, std::string_view code,
+                                std::string_view message, unsigned version, bool keep_alive,
+                                std::string_view request_id, std::span<const limiter::HeaderField> extra);
+
+/// The same as a Beast message (for the admin listener).
 http::response<http::string_body> error_response(http::status status, std::string_view type,
                                                  std::string_view code, std::string_view message,
                                                  unsigned version, bool keep_alive);

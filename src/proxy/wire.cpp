@@ -1,0 +1,92 @@
+#include "tokengate/proxy/wire.hpp"
+
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/status.hpp>
+
+#include <array>
+#include <charconv>
+
+namespace tokengate::proxy::wire {
+
+namespace {
+
+void append_number(std::string& out, std::size_t n) {
+    char digits[24];
+    auto end = std::to_chars(digits, digits + sizeof digits, n).ptr;
+    out.append(digits, end);
+}
+
+bool connection_names(const http::fields& fields, std::string_view name) {
+    auto [first, last] = fields.equal_range(http::field::connection);
+    for (auto it = first; it != last; ++it) {
+        std::string_view list = it->value();
+        while (!list.empty()) {
+            auto comma = list.find(',');
+            auto token = list.substr(0, comma);
+            list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+            while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) token.remove_prefix(1);
+            while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
+            if (boost::beast::iequals(token, name)) return true;
+        }
+    }
+    return false;
+}
+
+bool standard_hop_by_hop(std::string_view name) {
+    static constexpr std::array<std::string_view, 9> k_hop_by_hop = {
+        "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
+        "trailer",    "transfer-encoding", "upgrade", "proxy-connection"};
+    for (auto h : k_hop_by_hop)
+        if (boost::beast::iequals(name, h)) return true;
+    return false;
+}
+
+}  // namespace
+
+void status_line(std::string& out, unsigned version, unsigned status, std::string_view reason) {
+    out.append(version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ");
+    append_number(out, status);
+    out.push_back(' ');
+    if (reason.empty()) reason = http::obsolete_reason(static_cast<http::status>(status));
+    out.append(reason);
+    out.append(k_crlf);
+}
+
+void request_line(std::string& out, std::string_view method, std::string_view target) {
+    out.append(method).push_back(' ');
+    out.append(target).append(" HTTP/1.1\r\n");
+}
+
+void field(std::string& out, std::string_view name, std::string_view value) {
+    out.append(name).append(": ").append(value).append(k_crlf);
+}
+
+void connection(std::string& out, unsigned version, bool keep_alive) {
+    if (version >= 11 && !keep_alive) out.append("Connection: close\r\n");
+    else if (version < 11 && keep_alive) out.append("Connection: keep-alive\r\n");
+}
+
+void content_length(std::string& out, std::size_t length) {
+    out.append("Content-Length: ");
+    append_number(out, length);
+    out.append(k_crlf);
+}
+
+void forwardable_fields(std::string& out, const http::fields& fields, FieldFilter replaced) {
+    bool has_connection = fields.count(http::field::connection) > 0;
+    for (const auto& f : fields) {
+        auto name = f.name_string();
+        if (replaced && replaced(name)) continue;
+        if (standard_hop_by_hop(name) || (has_connection && connection_names(fields, name))) continue;
+        field(out, name, f.value());
+    }
+}
+
+std::string_view chunk_size_line(std::size_t size, char (&buffer)[24]) {
+    auto end = std::to_chars(buffer, buffer + 20, size, 16).ptr;
+    *end++ = '\r';
+    *end++ = '\n';
+    return {buffer, static_cast<std::size_t>(end - buffer)};
+}
+
+}  // namespace tokengate::proxy::wire
