@@ -82,6 +82,7 @@ std::string openai_duration(Nanos duration) {
 
 std::vector<HeaderField> rate_limit_headers(const Decision& d, Nanos unix_now) {
     std::vector<HeaderField> out;
+    out.reserve(12);  // 5 X-RateLimit/RateLimit, 3 per OpenAI unit, Retry-After
     std::optional<std::size_t> main =
         d.rejected >= 0 ? std::optional<std::size_t>(d.rejected) : tightest(d, [](const LimitStatus&) { return true; });
     if (main) {

@@ -8,8 +8,10 @@ namespace tokengate::metrics {
 
 namespace {
 
-std::string join(std::initializer_list<std::string_view> labels) {
-    std::string key;
+/// The series key of a label set, built in a per-thread buffer: updates run on every request.
+std::string_view join(std::initializer_list<std::string_view> labels) {
+    thread_local std::string key;
+    key.clear();
     for (auto l : labels) key.append(l).push_back('\x1f');
     return key;
 }
@@ -50,15 +52,16 @@ Family::Series& Family::series(std::initializer_list<std::string_view> labels) {
     auto it = series_.find(key);
     if (it != series_.end()) return it->second;
     Series s;
+    std::string stored(key);
     if (series_.size() >= max_series_) {
         s.labels.assign(label_names_.size(), "_other");
-        key = join({}) + "\x1e_other";
-        if (auto other = series_.find(key); other != series_.end()) return other->second;
+        stored = "\x1e_other";
+        if (auto other = series_.find(stored); other != series_.end()) return other->second;
     } else {
         for (auto l : labels) s.labels.emplace_back(l);
     }
     s.bucket_counts.assign(buckets_.size(), 0);
-    return series_.emplace(std::move(key), std::move(s)).first->second;
+    return series_.emplace(std::move(stored), std::move(s)).first->second;
 }
 
 void Family::add(std::initializer_list<std::string_view> labels, double value) {

@@ -48,8 +48,13 @@ private:
     std::vector<std::string> label_names_;
     std::vector<double> buckets_;
     std::size_t max_series_;
+    /// Lets a series be found by a key in a reused buffer, without building a std::string.
+    struct KeyHash {
+        using is_transparent = void;
+        std::size_t operator()(std::string_view key) const { return std::hash<std::string_view>{}(key); }
+    };
     mutable std::mutex mutex_;
-    std::unordered_map<std::string, Series> series_;
+    std::unordered_map<std::string, Series, KeyHash, std::equal_to<>> series_;
 };
 
 /// Holds the families and renders them in the Prometheus text exposition format (0.0.4).
