@@ -29,13 +29,13 @@ bool is_connection_failure(const beast::error_code& ec) {
 
 net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& health,
                                       const UpstreamRequest& request, ClientSide client,
-                                      std::shared_ptr<ExchangeWatch> watch, const ForwardHooks& hooks,
+                                      ExchangeWatch& watch, const ForwardHooks& hooks,
                                       const core::Clock& clock) {
     ForwardResult result;
     const auto& cfg = pool.config();
     auto fail_upstream = [&](ForwardOutcome outcome) {
         health.record_failure(cfg, clock.now());
-        result.outcome = watch->client_gone ? ForwardOutcome::client_gone : outcome;
+        result.outcome = watch.client_gone ? ForwardOutcome::client_gone : outcome;
         return result;
     };
     auto outcome_of = [](const beast::error_code& ec) {
@@ -47,7 +47,7 @@ net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& heal
     std::optional<http::response_parser<http::buffer_body>> parser;
     for (int attempt = 0;; ++attempt) {
         auto acquired = co_await pool.acquire(attempt > 0);
-        if (watch->client_gone) {
+        if (watch.client_gone) {
             if (acquired.connection) pool.release(std::move(acquired.connection), false);
             result.outcome = ForwardOutcome::client_gone;
             co_return result;
@@ -58,7 +58,7 @@ net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& heal
         }
         if (acquired.ec) co_return fail_upstream(outcome_of(acquired.ec));
         conn = std::move(acquired.connection);
-        watch->active = conn.get();
+        watch.active = conn.get();
 
         conn->stream.expires_after(ns(cfg.first_byte_timeout));
         std::array<net::const_buffer, 2> request_bytes = {net::buffer(request.head), net::buffer(request.body)};
@@ -71,10 +71,10 @@ net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& heal
         if (!wec) std::tie(rec, std::ignore) = co_await http::async_read_header(conn->stream, conn->buffer, *parser, k_use);
         if (!rec) break;
 
-        watch->active = nullptr;
+        watch.active = nullptr;
         bool was_reused = conn->reused;
         pool.release(std::move(conn), false);
-        if (watch->client_gone) {
+        if (watch.client_gone) {
             result.outcome = ForwardOutcome::client_gone;
             co_return result;
         }
@@ -128,7 +128,10 @@ net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& heal
         auto [ec, n] = co_await send({}, false);
         client_failed = static_cast<bool>(ec);
     }
-    std::array<char, k_relay_chunk> chunk;
+    // The relay buffer lives with the connection: a 16 KiB array in this coroutine's frame made
+    // every request allocate (and Asio align) a 17 KiB frame.
+    auto& chunk = conn->relay_buffer;
+    if (chunk.empty()) chunk.resize(k_relay_chunk);
     while (!client_failed && !client.head_request && !parser->is_done()) {
         response.body().data = chunk.data();
         response.body().size = chunk.size();
@@ -152,15 +155,15 @@ net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& heal
     }
     result.response_started = head_sent;
 
-    watch->active = nullptr;
-    if (upstream_failed && !watch->client_gone) {
+    watch.active = nullptr;
+    if (upstream_failed && !watch.client_gone) {
         health.record_failure(cfg, clock.now());
         pool.release(std::move(conn), false);
         // Nothing reached the client yet (the head waited for the body): it can still get a 502.
         result.outcome = head_sent ? ForwardOutcome::upstream_broken : ForwardOutcome::upstream_unavailable;
         co_return result;
     }
-    if (client_failed || watch->client_gone) {
+    if (client_failed || watch.client_gone) {
         pool.release(std::move(conn), false);
         result.outcome = ForwardOutcome::client_gone;
         co_return result;

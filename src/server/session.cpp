@@ -177,7 +177,7 @@ private:
 class Session {
 public:
     Session(tcp::socket socket, Worker& worker)
-        : worker_(worker), services_(worker.services), stream_(std::move(socket)) {
+        : worker_(worker), services_(worker.services), stream_(std::move(socket)), watcher_exited_(stream_.get_executor()) {
         beast::error_code ec;
         auto endpoint = stream_.socket().remote_endpoint(ec);
         peer_ = ec ? "0.0.0.0" : address_text(endpoint.address());
@@ -289,22 +289,21 @@ private:
 
     /// Watches the client socket while the upstream works, so a client that goes away
     /// cancels the upstream request (and frees the GPU) instead of being noticed at the end.
-    net::awaitable<void> watch_client(std::shared_ptr<proxy::ExchangeWatch> watch,
-                                      std::shared_ptr<net::steady_timer> exited) {
+    net::awaitable<void> watch_client() {
         while (buffer_.size() < k_max_pipelined_bytes) {
             auto [ec, n] = co_await stream_.socket().async_read_some(buffer_.prepare(4096), k_use);
             if (ec) {
-                if (!watch->finished && ec != net::error::operation_aborted) {
-                    watch->client_gone = true;
-                    if (watch->active) watch->active->stream.cancel();
-                    if (watch->on_client_gone) watch->on_client_gone();
+                if (!watch_.finished && ec != net::error::operation_aborted) {
+                    watch_.client_gone = true;
+                    if (watch_.active) watch_.active->stream.cancel();
+                    if (watch_.on_client_gone) watch_.on_client_gone();
                 }
                 break;
             }
             buffer_.commit(n);  // a pipelined request: kept for the next round
         }
         watch_exited_ = true;
-        exited->cancel();
+        watcher_exited_.cancel();
     }
 
     /// Shaping: waits until every queue this request was admitted to lets it start. False if
@@ -446,21 +445,21 @@ private:
         Settlement settlement(decision.settle_with, limiter::charged(charges, decision), decision.lease, reserved,
                               services_.metrics.settled, tenant.id);
 
-        auto watch = std::make_shared<proxy::ExchangeWatch>();
-        auto watcher_exited = std::make_shared<net::steady_timer>(stream_.get_executor(),
-                                                                  net::steady_timer::time_point::max());
+        // The watcher and its state belong to the session, reused request after request.
+        watch_ = proxy::ExchangeWatch{};
+        watcher_exited_.expires_at(net::steady_timer::time_point::max());
         watch_exited_ = false;
-        net::co_spawn(stream_.get_executor(), watch_client(watch, watcher_exited), net::detached);
+        net::co_spawn(stream_.get_executor(), watch_client(), net::detached);
         auto stop_watching = [&]() -> net::awaitable<void> {
-            watch->finished = true;
+            watch_.finished = true;
             if (!watch_exited_) {
                 beast::error_code ignored;
                 stream_.socket().cancel(ignored);
-                co_await watcher_exited->async_wait(k_use);
+                co_await watcher_exited_.async_wait(k_use);
             }
         };
 
-        if (!co_await wait_in_queues(charges, decision, *watch)) {
+        if (!co_await wait_in_queues(charges, decision, watch_)) {
             settlement.settle(0);  // never forwarded: refund every cost unit
             co_await stop_watching();
             rec.status = 499;
@@ -526,7 +525,7 @@ private:
         services_.metrics.inflight.add({upstream.name}, 1);
         auto result = co_await proxy::forward(pool, *rt->health[upstream_index], up,
                                               {stream_, keep_alive, version, req.method() == http::verb::head},
-                                              watch, hooks, clock);
+                                              watch_, hooks, clock);
         services_.metrics.inflight.add({upstream.name}, -1);
         co_await stop_watching();
         services_.metrics.upstream_duration.observe({upstream.name}, static_cast<double>(clock.now() - forward_started) / 1e9);
@@ -590,6 +589,8 @@ private:
     beast::tcp_stream stream_;
     beast::flat_buffer buffer_;
     std::string peer_;
+    proxy::ExchangeWatch watch_;                // shared with the watcher during a forward
+    net::steady_timer watcher_exited_;          // cancelled when the watcher ends
     bool watch_exited_ = true;
 };
 

@@ -67,7 +67,7 @@ struct ClientSide {
 /// only after the previous one was written to the client.
 net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& health,
                                       const UpstreamRequest& request, ClientSide client,
-                                      std::shared_ptr<ExchangeWatch> watch, const ForwardHooks& hooks,
+                                      ExchangeWatch& watch, const ForwardHooks& hooks,
                                       const core::Clock& clock);
 
 }  // namespace tokengate::proxy
