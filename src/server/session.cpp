@@ -201,8 +201,20 @@ public:
             http::request_parser<http::string_body> parser;
             parser.header_limit(server.max_header_bytes);
             parser.body_limit(server.max_body_bytes);
-            stream_.expires_after(ns(server.header_timeout));
-            auto [hec, hn] = co_await http::async_read_header(stream_, buffer_, parser, k_use);
+            // A request that arrived whole (the usual case) is parsed from the buffer without
+            // another asynchronous operation; a partial one continues below from where it stopped.
+            parser.eager(true);
+            beast::error_code hec;
+            while (!parser.is_done() && buffer_.size() > 0) {
+                auto used = parser.put(buffer_.data(), hec);
+                buffer_.consume(used);
+                if (hec || used == 0) break;
+            }
+            if (hec == http::error::need_more) hec = {};
+            if (!hec && !parser.is_header_done()) {
+                stream_.expires_after(ns(server.header_timeout));
+                std::tie(hec, std::ignore) = co_await http::async_read_header(stream_, buffer_, parser, k_use);
+            }
             if (hec) {
                 if (hec == http::error::header_limit)
                     co_await send_error(http::status::request_header_fields_too_large, "headers_too_large",
@@ -216,21 +228,23 @@ public:
                     co_await send_error(http::status::bad_request, "invalid_http", "Malformed HTTP request.");
                 break;
             }
-            if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
-                static constexpr std::string_view k_continue = "HTTP/1.1 100 Continue\r\n\r\n";
-                auto [cec, cn] = co_await net::async_write(stream_, net::buffer(k_continue), k_use);
-                if (cec) break;
-            }
-            stream_.expires_after(ns(server.idle_timeout));
-            auto [bec, bn] = co_await http::async_read(stream_, buffer_, parser, k_use);
-            if (bec) {
-                if (bec == http::error::body_limit)
-                    co_await send_error(http::status::payload_too_large, "request_too_large",
-                                        "The request body exceeds the gateway's limit.");
-                else if (bec != beast::error::timeout && bec != net::error::eof &&
-                         bec != http::error::end_of_stream && bec != net::error::connection_reset)
-                    co_await send_error(http::status::bad_request, "invalid_http", "Malformed HTTP request.");
-                break;
+            if (!parser.is_done()) {
+                if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+                    static constexpr std::string_view k_continue = "HTTP/1.1 100 Continue\r\n\r\n";
+                    auto [cec, cn] = co_await net::async_write(stream_, net::buffer(k_continue), k_use);
+                    if (cec) break;
+                }
+                stream_.expires_after(ns(server.idle_timeout));
+                auto [bec, bn] = co_await http::async_read(stream_, buffer_, parser, k_use);
+                if (bec) {
+                    if (bec == http::error::body_limit)
+                        co_await send_error(http::status::payload_too_large, "request_too_large",
+                                            "The request body exceeds the gateway's limit.");
+                    else if (bec != beast::error::timeout && bec != net::error::eof &&
+                             bec != http::error::end_of_stream && bec != net::error::connection_reset)
+                        co_await send_error(http::status::bad_request, "invalid_http", "Malformed HTTP request.");
+                    break;
+                }
             }
             auto request = parser.release();
             bool keep_alive = co_await handle(request, rt);

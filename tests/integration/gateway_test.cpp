@@ -4,6 +4,7 @@
 #include <csignal>
 #include <fstream>
 #include <future>
+#include <sstream>
 #include <thread>
 
 #include "harness.hpp"
@@ -208,6 +209,70 @@ TEST(Gateway, GarbageOnOneSocketDoesNotHurtTheNextClient) {
     }
     auto r = gw.request(Request{"GET", "/v1/models", {k_auth}, ""});
     EXPECT_EQ(r.status, 200);
+}
+
+/// Reads until `needle` was seen `times` times (or 10 s passed).
+std::string read_until_count(RawClient& c, const std::string& needle, int times) {
+    std::string got;
+    auto deadline = steady::now() + 10s;
+    auto count = [&] {
+        int n = 0;
+        for (auto at = got.find(needle); at != std::string::npos; at = got.find(needle, at + 1)) ++n;
+        return n;
+    };
+    while (count() < times && steady::now() < deadline && !c.peer_closed()) got += c.read_some(200ms);
+    return got;
+}
+
+TEST(Gateway, RequestsArriveWholePipelinedChunkedSplitOrAfter100Continue) {
+    GatewayUnderTest gw(k_basic);
+    auto body = chat_body("llama3-8b", "Hello there", 5, false);
+    {  // two requests in one segment: two answers, in order
+        RawClient c(gw.port());
+        c.send_all(raw_post("/v1/chat/completions", k_key, body, "X-Request-Id: first\r\n") +
+                   raw_post("/v1/chat/completions", k_key, body, "X-Request-Id: second\r\n"));
+        auto got = read_until_count(c, "\"usage\"", 2);
+        auto first = got.find("X-Request-Id: first");
+        auto second = got.find("X-Request-Id: second");
+        ASSERT_NE(first, std::string::npos) << got;
+        ASSERT_NE(second, std::string::npos) << got;
+        EXPECT_LT(first, second);
+        EXPECT_EQ(got.rfind("HTTP/1.1 200 OK", 0), 0u) << got;
+        EXPECT_NE(got.find("HTTP/1.1 200 OK", first), std::string::npos) << got;
+    }
+    {  // a chunked request body
+        RawClient c(gw.port());
+        std::string head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + k_key +
+                           "\r\nTransfer-Encoding: chunked\r\n\r\n";
+        auto half = body.size() / 2;
+        std::ostringstream chunks;
+        chunks << std::hex << half << "\r\n" << body.substr(0, half) << "\r\n"
+               << (body.size() - half) << "\r\n" << body.substr(half) << "\r\n0\r\n\r\n";
+        c.send_all(head + chunks.str());
+        auto got = read_until_count(c, "\"usage\"", 1);
+        EXPECT_EQ(got.rfind("HTTP/1.1 200 OK", 0), 0u) << got;
+    }
+    {  // the head, then the body a moment later
+        RawClient c(gw.port());
+        auto whole = raw_post("/v1/chat/completions", k_key, body);
+        auto cut = whole.find("\r\n\r\n") + 10;
+        c.send_all(whole.substr(0, cut));
+        EXPECT_EQ(c.read_some(300ms), "") << "nothing is answered before the body is complete";
+        c.send_all(whole.substr(cut));
+        auto got = read_until_count(c, "\"usage\"", 1);
+        EXPECT_EQ(got.rfind("HTTP/1.1 200 OK", 0), 0u) << got;
+    }
+    {  // Expect: 100-continue: the go-ahead first, the answer after the body
+        RawClient c(gw.port());
+        auto whole = raw_post("/v1/chat/completions", k_key, body, "Expect: 100-continue\r\n");
+        auto end_of_head = whole.find("\r\n\r\n") + 4;
+        c.send_all(whole.substr(0, end_of_head));
+        auto go_ahead = c.read_some(5s, "\r\n\r\n");
+        EXPECT_EQ(go_ahead, "HTTP/1.1 100 Continue\r\n\r\n");
+        c.send_all(whole.substr(end_of_head));
+        auto got = read_until_count(c, "\"usage\"", 1);
+        EXPECT_EQ(got.rfind("HTTP/1.1 200 OK", 0), 0u) << got;
+    }
 }
 
 TEST(Gateway, ClientDisconnectCancelsTheUpstreamRequest) {
