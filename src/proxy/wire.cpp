@@ -3,7 +3,6 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/status.hpp>
 
-#include <array>
 #include <charconv>
 
 namespace tokengate::proxy::wire {
@@ -32,13 +31,20 @@ bool connection_names(const http::fields& fields, std::string_view name) {
     return false;
 }
 
-bool standard_hop_by_hop(std::string_view name) {
-    static constexpr std::array<std::string_view, 9> k_hop_by_hop = {
-        "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
-        "trailer",    "transfer-encoding", "upgrade", "proxy-connection"};
-    for (auto h : k_hop_by_hop)
-        if (boost::beast::iequals(name, h)) return true;
-    return false;
+/// RFC 9110 §7.6.1's hop-by-hop fields; Beast names each of them when it parses a head.
+bool standard_hop_by_hop(http::field id) {
+    switch (id) {
+        case http::field::connection:
+        case http::field::keep_alive:
+        case http::field::proxy_authenticate:
+        case http::field::proxy_authorization:
+        case http::field::te:
+        case http::field::trailer:
+        case http::field::transfer_encoding:
+        case http::field::upgrade:
+        case http::field::proxy_connection: return true;
+        default: return false;
+    }
 }
 
 }  // namespace
@@ -76,8 +82,8 @@ void forwardable_fields(std::string& out, const http::fields& fields, FieldFilte
     bool has_connection = fields.count(http::field::connection) > 0;
     for (const auto& f : fields) {
         auto name = f.name_string();
-        if (replaced && replaced(name)) continue;
-        if (standard_hop_by_hop(name) || (has_connection && connection_names(fields, name))) continue;
+        if (standard_hop_by_hop(f.name()) || (replaced && replaced(f.name(), name))) continue;
+        if (has_connection && connection_names(fields, name)) continue;
         field(out, name, f.value());
     }
 }

@@ -43,15 +43,21 @@ bool starts_with_nocase(std::string_view s, std::string_view prefix) {
 }
 
 /// Client fields the gateway replaces (or keeps to itself) on the way upstream.
-bool replaced_in_upstream_request(std::string_view name) {
-    for (std::string_view f : {"host", "authorization", "expect", "content-length", "x-forwarded-for",
-                               "x-forwarded-proto", "x-api-key", "x-request-id"})
-        if (beast::iequals(name, f)) return true;
-    return false;
+bool replaced_in_upstream_request(http::field id, std::string_view name) {
+    switch (id) {
+        case http::field::host:
+        case http::field::authorization:
+        case http::field::expect:
+        case http::field::content_length: return true;
+        default: break;
+    }
+    if (name.empty() || (name[0] != 'x' && name[0] != 'X')) return false;
+    return beast::iequals(name, "x-forwarded-for") || beast::iequals(name, "x-forwarded-proto") ||
+           beast::iequals(name, "x-api-key") || beast::iequals(name, "x-request-id");
 }
 
 /// Upstream fields the gateway's own rate-limit and request-id fields replace.
-bool replaced_in_response(std::string_view name) {
+bool replaced_in_response(http::field, std::string_view name) {
     return starts_with_nocase(name, "x-ratelimit") || starts_with_nocase(name, "ratelimit") ||
            beast::iequals(name, "x-request-id");
 }

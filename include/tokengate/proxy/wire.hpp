@@ -27,7 +27,7 @@ void content_length(std::string& out, std::size_t length);
 
 /// Appends every field of `fields` except those a proxy must not forward (RFC 9110 §7.6.1:
 /// hop-by-hop fields and those the Connection field names) and those `replaced` names.
-using FieldFilter = bool (*)(std::string_view name);
+using FieldFilter = bool (*)(http::field id, std::string_view name);
 void forwardable_fields(std::string& out, const http::fields& fields, FieldFilter replaced);
 
 /// The chunk-size line of chunked transfer coding for `size` bytes: "1a2b\r\n".

@@ -47,7 +47,7 @@ TEST(Wire, ForwardableFieldsDropHopByHopNamedAndReplacedFields) {
     f.insert("Set-Cookie", "a=1");
     f.insert("Set-Cookie", "b=2");
     std::string out;
-    wire::forwardable_fields(out, f, [](std::string_view name) { return boost::beast::iequals(name, "x-ratelimit-limit"); });
+    wire::forwardable_fields(out, f, [](http::field, std::string_view name) { return boost::beast::iequals(name, "x-ratelimit-limit"); });
     EXPECT_EQ(out, "Content-Type: application/json\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\n");
 }
 
