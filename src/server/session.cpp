@@ -1,6 +1,4 @@
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -309,19 +307,26 @@ private:
 
     /// Watches the client socket while the upstream works, so a client that goes away
     /// cancels the upstream request (and frees the GPU) instead of being noticed at the end.
-    net::awaitable<void> watch_client() {
-        while (buffer_.size() < k_max_pipelined_bytes) {
-            auto [ec, n] = co_await stream_.socket().async_read_some(buffer_.prepare(4096), k_use);
+    /// A plain completion handler, not a coroutine: it runs for every forwarded request.
+    void watch_client() {
+        if (buffer_.size() >= k_max_pipelined_bytes) return watcher_done();
+        stream_.socket().async_read_some(buffer_.prepare(4096), [this](beast::error_code ec, std::size_t n) {
             if (ec) {
                 if (!watch_.finished && ec != net::error::operation_aborted) {
                     watch_.client_gone = true;
                     if (watch_.active) watch_.active->stream.cancel();
                     if (watch_.on_client_gone) watch_.on_client_gone();
                 }
-                break;
+                return watcher_done();
             }
             buffer_.commit(n);  // a pipelined request: kept for the next round
-        }
+            // Read just before the exchange finished: stop here, or nothing would cancel the next read.
+            if (watch_.finished) return watcher_done();
+            watch_client();
+        });
+    }
+
+    void watcher_done() {
         watch_exited_ = true;
         watcher_exited_.cancel();
     }
@@ -469,7 +474,7 @@ private:
         watch_ = proxy::ExchangeWatch{};
         watcher_exited_.expires_at(net::steady_timer::time_point::max());
         watch_exited_ = false;
-        net::co_spawn(stream_.get_executor(), watch_client(), net::detached);
+        watch_client();
         auto stop_watching = [&]() -> net::awaitable<void> {
             watch_.finished = true;
             if (!watch_exited_) {
