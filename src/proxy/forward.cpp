@@ -141,13 +141,30 @@ net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& heal
             upstream_failed = true;
             break;
         }
+        // One read often brings several upstream chunks (SSE events); Beast's parser yields one
+        // per call. Take in everything already buffered, so they leave in one send, not one each.
+        beast::error_code drain_error;
+        while (!parser->is_done() && conn->buffer.size() > 0 && response.body().size > 0) {
+            auto used = parser->put(conn->buffer.data(), drain_error);
+            conn->buffer.consume(used);
+            if (drain_error == http::error::need_more || drain_error == http::error::need_buffer) drain_error = {};
+            if (drain_error || used == 0) break;
+        }
         bool last = parser->is_done();
         std::string_view piece(chunk.data(), chunk.size() - response.body().size);
         if (hooks.on_chunk) piece = hooks.on_chunk(piece, last);
         // Nothing to send yet (only chunk framing was parsed, or the hook holds a partial event).
-        if (piece.empty() && !last) continue;
+        if (piece.empty() && !last) {
+            if (!drain_error) continue;
+            upstream_failed = true;
+            break;
+        }
         auto [wec, wn] = co_await send(piece, last);
         client_failed = static_cast<bool>(wec);
+        if (drain_error) {  // what came before the bad bytes went on; the stream ends here
+            upstream_failed = true;
+            break;
+        }
     }
     if (!head_sent && !upstream_failed && !client_failed) {  // a response without a body
         auto [ec, n] = co_await send({}, true);
