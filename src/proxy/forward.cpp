@@ -7,6 +7,7 @@
 #include <boost/asio/write.hpp>
 
 #include <array>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -130,8 +131,9 @@ net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& heal
     }
     // The relay buffer lives with the connection: a 16 KiB array in this coroutine's frame made
     // every request allocate (and Asio align) a 17 KiB frame.
-    auto& chunk = conn->relay_buffer;
-    if (chunk.empty()) chunk.resize(k_relay_chunk);
+    // Left uninitialised: only the bytes a body actually uses become resident memory.
+    if (!conn->relay_buffer) conn->relay_buffer = std::make_unique_for_overwrite<char[]>(k_relay_chunk);
+    std::span<char> chunk(conn->relay_buffer.get(), k_relay_chunk);
     while (!client_failed && !client.head_request && !parser->is_done()) {
         response.body().data = chunk.data();
         response.body().size = chunk.size();

@@ -9,7 +9,6 @@
 #include <chrono>
 #include <deque>
 #include <memory>
-#include <vector>
 
 #include "tokengate/config/config.hpp"
 
@@ -22,7 +21,7 @@ struct UpstreamConnection {
     explicit UpstreamConnection(net::any_io_executor ex) : stream(std::move(ex)) {}
     beast::tcp_stream stream;
     beast::flat_buffer buffer;
-    std::vector<char> relay_buffer;  // response body pieces on their way to the client
+    std::unique_ptr<char[]> relay_buffer;  // response body pieces on their way to the client
     bool reused = false;
     std::chrono::steady_clock::time_point idle_since;  // when it went back to the pool
 };
