@@ -484,7 +484,9 @@ private:
             }
         };
 
-        if (!co_await wait_in_queues(charges, decision, watch_)) {
+        bool queued = std::any_of(decision.statuses.begin(), decision.statuses.end(),
+                                  [](const limiter::LimitStatus& s) { return s.wait > 0 || s.ticket; });
+        if (queued && !co_await wait_in_queues(charges, decision, watch_)) {
             settlement.settle(0);  // never forwarded: refund every cost unit
             co_await stop_watching();
             rec.status = 499;
