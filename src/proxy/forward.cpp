@@ -129,9 +129,8 @@ net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& heal
         auto [ec, n] = co_await send({}, false);
         client_failed = static_cast<bool>(ec);
     }
-    // The relay buffer lives with the connection: a 16 KiB array in this coroutine's frame made
-    // every request allocate (and Asio align) a 17 KiB frame.
-    // Left uninitialised: only the bytes a body actually uses become resident memory.
+    // The relay buffer lives with the connection (a 16 KiB array in this coroutine's frame made
+    // every request allocate a 17 KiB frame), uninitialised: only bytes a body uses become resident.
     if (!conn->relay_buffer) conn->relay_buffer = std::make_unique_for_overwrite<char[]>(k_relay_chunk);
     std::span<char> chunk(conn->relay_buffer.get(), k_relay_chunk);
     while (!client_failed && !client.head_request && !parser->is_done()) {

@@ -58,11 +58,6 @@ void status_line(std::string& out, unsigned version, unsigned status, std::strin
     out.append(k_crlf);
 }
 
-void request_line(std::string& out, std::string_view method, std::string_view target) {
-    out.append(method).push_back(' ');
-    out.append(target).append(" HTTP/1.1\r\n");
-}
-
 void field(std::string& out, std::string_view name, std::string_view value) {
     out.append(name).append(": ").append(value).append(k_crlf);
 }

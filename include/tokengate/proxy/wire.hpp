@@ -16,8 +16,6 @@ namespace http = boost::beast::http;
 
 /// "HTTP/1.1 200 OK\r\n"; an empty reason takes the standard one.
 void status_line(std::string& out, unsigned version, unsigned status, std::string_view reason = {});
-/// "METHOD target HTTP/1.1\r\n"
-void request_line(std::string& out, std::string_view method, std::string_view target);
 /// "Name: value\r\n"
 void field(std::string& out, std::string_view name, std::string_view value);
 /// The Connection field this version needs to say `keep_alive` (none when it is the default).
