@@ -80,7 +80,6 @@ public:
         for (auto& w : workers_) net::co_spawn(w->ioc, accept_loop(*w), log_exception);
         if (admin_acceptor_) net::co_spawn(workers_.front()->ioc, admin_accept_loop(), log_exception);
         net::co_spawn(workers_.front()->ioc, evict_idle_buckets(*workers_.front()), net::detached);
-        for (auto& w : workers_) net::co_spawn(w->ioc, flush_access_log(*w), net::detached);
         std::vector<std::thread> threads;
         for (std::size_t i = 1; i < workers_.size(); ++i)
             threads.emplace_back([w = workers_[i].get()] { run_worker(*w); });
@@ -208,16 +207,6 @@ private:
         }
     }
 
-    net::awaitable<void> flush_access_log(Worker& w) {
-        net::steady_timer timer(w.ioc);
-        for (;;) {
-            timer.expires_after(std::chrono::milliseconds(20));
-            auto [ec] = co_await timer.async_wait(k_use);
-            if (ec) co_return;
-            w.flush_access_log();
-        }
-    }
-
     net::awaitable<void> evict_idle_buckets(Worker& w) {
         net::steady_timer timer(w.ioc);
         while (!services_.draining.load()) {
@@ -292,7 +281,15 @@ GatewayMetrics::GatewayMetrics(metrics::Registry& r)
 void Worker::log_access(std::string_view line) {
     if (!access_batch.empty()) access_batch += '\n';
     access_batch += line;
-    if (access_batch.size() >= 32 * 1024) flush_access_log();
+    if (access_batch.size() >= 32 * 1024) return flush_access_log();
+    if (access_flush_armed) return;
+    // A line waits at most 20 ms for its batch.
+    access_flush_armed = true;
+    access_flush_timer.expires_after(std::chrono::milliseconds(20));
+    access_flush_timer.async_wait([this](const beast::error_code& ec) {
+        access_flush_armed = false;
+        if (!ec) flush_access_log();
+    });
 }
 
 void Worker::flush_access_log() {

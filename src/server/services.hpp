@@ -3,6 +3,7 @@
 // Internal to the server module: what the connection coroutines share.
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 
@@ -71,7 +72,7 @@ struct Services {
 
 /// One per worker thread; touched only from that thread's event loop.
 struct Worker {
-    explicit Worker(Services& s) : services(s), ioc(1) {}
+    explicit Worker(Services& s) : services(s), ioc(1), access_flush_timer(ioc) {}
 
     /// This worker's pool for an upstream, created (or re-pointed after a reload) on demand.
     proxy::ConnectionPool& pool_for(const config::UpstreamConfig& upstream, std::size_t workers);
@@ -89,6 +90,9 @@ struct Worker {
     // Handing the logger thread one message per request costs a wakeup (and, on few cores, a
     // context switch) per request; a batch per worker every few ms costs one per batch.
     std::string access_batch;
+    // Armed by the first line of a batch, so an idle worker sleeps instead of waking to flush.
+    net::steady_timer access_flush_timer;
+    bool access_flush_armed = false;
 };
 
 net::awaitable<void> serve_connection(net::ip::tcp::socket socket, Worker& worker);
