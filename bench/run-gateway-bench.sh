@@ -8,6 +8,7 @@
 #   tokengate a realistic config: tenant tokens+requests, ip, route and global limits, unit: cost
 #             with the body's cost estimated, access log on (as nginx's)
 #   tokengate-429  the same with a low tenant limit
+# Then SSE time to first byte (bench/ttfb.py): the mock alone, through nginx, through tokengate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-8}
@@ -115,7 +116,12 @@ for workers in 1 2; do
       printf '%-15s %3s %5s %10s %9s %9s %8s %9s %9s\n' "nginx-$scenario" "$workers" "$conns" "$n_rps" "$n_p50" "$n_p99" "$n_bad" "1.00" "1.00"
       printf '%-15s %3s %5s %10s %9s %9s %8s %9s %9s\n' "tokengate-$scenario" "$workers" "$conns" "$t_rps" "$t_p50" "$t_p99" "$t_bad" "$ratio" "$p99r"
     done
+    if [ "$scenario" = sse ]; then  # time to first byte, one stream at a time, after the load
+      python3 bench/ttfb.py --upstream "$mock_port" --proxy "nginx=$ng_port" --proxy "tokengate=$tg_port" \
+        --n 300 > "$work/ttfb-$workers.txt"
+    fi
     kill "$ng_pid" "$tg_pid" 2>/dev/null || true; sleep 0.3
   done
 done
+for workers in 1 2; do echo; echo "SSE time to first byte, $workers worker(s):"; cat "$work/ttfb-$workers.txt"; done
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB; $(date -u +%Y-%m-%d); wrk -t2, ${secs}s per run; logs in $work"
