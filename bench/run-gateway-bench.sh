@@ -118,7 +118,7 @@ for workers in 1 2; do
     done
     if [ "$scenario" = sse ]; then  # time to first byte, one stream at a time, after the load
       python3 bench/ttfb.py --upstream "$mock_port" --proxy "nginx=$ng_port" --proxy "tokengate=$tg_port" \
-        --n 300 > "$work/ttfb-$workers.txt"
+        --n 300 > "$work/ttfb-$workers.txt" 2>&1 || true
     fi
     kill "$ng_pid" "$tg_pid" 2>/dev/null || true; sleep 0.3
   done

@@ -16,34 +16,53 @@ def request(key):
             b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(BODY)).encode() +
             b"\r\n\r\n" + BODY)
 
-def measure(port, n, key):
-    """Seconds to the first response byte and to the first SSE event, per request."""
+def connect(port):
     s = socket.create_connection(("127.0.0.1", port))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    first_byte, first_event = [], []
+    return s
+
+def exchange(s, payload):
+    """One request; (seconds to the first byte, to the first SSE event, status line), or None
+    if the server had closed the kept-alive connection before answering."""
+    start = time.perf_counter()
+    s.sendall(payload)
+    got, t_byte, t_event = b"", None, None
+    while not (b"[DONE]" in got and got.endswith(b"0\r\n\r\n")):
+        data = s.recv(65536)
+        if not data:
+            if got:
+                raise SystemExit(f"connection closed mid-response: {got[:200]!r}")
+            return None
+        now = time.perf_counter()
+        if t_byte is None:
+            t_byte = now
+        got += data
+        if t_event is None and b"\ndata:" in got:
+            t_event = now
+    return t_byte - start, t_event - start, got.split(b"\r\n", 1)[0]
+
+def measure(name, port, n, key):
+    """Seconds to the first response byte and to the first SSE event, per request."""
+    s = connect(port)
+    first_byte, first_event, reconnects = [], [], 0
     payload = request(key)
     for i in range(n + 20):  # the first 20 warm up connections and caches
-        start = time.perf_counter()
-        s.sendall(payload)
-        got, t_byte, t_event = b"", None, None
-        while not (b"[DONE]" in got and got.endswith(b"0\r\n\r\n")):
-            data = s.recv(65536)
-            if not data:
-                raise SystemExit(f"port {port} closed the connection")
-            now = time.perf_counter()
-            if t_byte is None:
-                t_byte = now
-            got += data
-            if t_event is None and b"\ndata:" in got:
-                t_event = now
-        status_line = got.split(b"\r\n", 1)[0]
+        result = exchange(s, payload)
+        if result is None:  # a server may close an idle keep-alive connection: once more, anew
+            reconnects += 1
+            s.close()
+            s = connect(port)
+            result = exchange(s, payload)
+            if result is None:
+                raise SystemExit(f"{name} (port {port}) closed a new connection without answering")
+        t_byte, t_event, status_line = result
         if b" 200 " not in status_line:
-            raise SystemExit(f"port {port} answered {status_line!r}")
+            raise SystemExit(f"{name} (port {port}) answered {status_line!r}")
         if i >= 20:
-            first_byte.append(t_byte - start)
-            first_event.append(t_event - start)
+            first_byte.append(t_byte)
+            first_event.append(t_event)
     s.close()
-    return first_byte, first_event
+    return first_byte, first_event, reconnects
 
 def pct(values, p):
     v = sorted(values)
@@ -56,16 +75,20 @@ def main():
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--key", default="bench-key-1")
     args = ap.parse_args()
-    base_byte, base_event = measure(args.upstream, args.n, args.key)
+    base_byte, base_event, again = measure("upstream", args.upstream, args.n, args.key)
+    reconnects = {"upstream": again}
     b50, b99, e50 = statistics.median(base_byte), pct(base_byte, 99), statistics.median(base_event)
     print(f"{'ttfb':<15} {'p50 ms':>9} {'p99 ms':>9} {'added p50':>10} {'added p99':>10} {'event added p50':>16}")
     print(f"{'upstream':<15} {b50*1e3:9.3f} {b99*1e3:9.3f} {'-':>10} {'-':>10} {'-':>16}")
     for spec in args.proxy:
         name, port = spec.split("=")
-        byte, event = measure(int(port), args.n, args.key)
+        byte, event, reconnects[name] = measure(name, int(port), args.n, args.key)
         p50, p99 = statistics.median(byte), pct(byte, 99)
         print(f"{name:<15} {p50*1e3:9.3f} {p99*1e3:9.3f} {(p50-b50)*1e3:10.3f} {(p99-b99)*1e3:10.3f} "
               f"{(statistics.median(event)-e50)*1e3:16.3f}")
+    for name, count in reconnects.items():
+        if count:
+            print(f"({name}: {count} kept-alive connection(s) found closed and opened anew)")
 
 if __name__ == "__main__":
     main()
