@@ -192,6 +192,28 @@ TEST(Clients, SlowlorisHeadersAreCutAtTheHeaderTimeout) {
         << "others are still served (no route for /v1/models here)";
 }
 
+TEST(Clients, SlowlorisBodiesAreCutAtTheIdleTimeout) {
+    GatewayUnderTest gw(k_plain_routes, "  timeouts: { header: 10s, idle: 2s }\n");
+    RawClient slow(gw.port());
+    auto start = steady::now();
+    slow.send_all("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\n"
+                  "Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{");
+    std::string answer;
+    bool closed = false;
+    for (int i = 0; i < 40 && !closed; ++i) {  // a byte every 250 ms: 10 s if never cut
+        if (!slow.send_all("\"")) break;
+        answer += slow.read_some(250ms);
+        closed = slow.peer_closed();
+    }
+    EXPECT_TRUE(closed || slow.wait_closed(3s)) << "the body read is bounded by timeouts.idle";
+    auto took = steady::now() - start;
+    EXPECT_GT(took, 1500ms) << "not before the idle timeout";
+    EXPECT_LT(took, 6s);
+    EXPECT_EQ(answer.find("HTTP/1.1 200"), std::string::npos) << answer;
+    EXPECT_EQ(gw.request(Request{"GET", "/v1/models", {{"Authorization", "Bearer k1"}}, ""}).status, 404)
+        << "others are still served";
+}
+
 TEST(Clients, ConnectionsBeyondTheLimitAreRefusedCleanly) {
     GatewayUnderTest gw(k_plain_routes, "  max_connections: 3\n");
     std::vector<std::unique_ptr<RawClient>> held;
