@@ -484,9 +484,7 @@ private:
             }
         };
 
-        bool queued = std::any_of(decision.statuses.begin(), decision.statuses.end(),
-                                  [](const limiter::LimitStatus& s) { return s.wait > 0 || s.ticket; });
-        if (queued && !co_await wait_in_queues(charges, decision, watch_)) {
+        if (decision.must_wait() && !co_await wait_in_queues(charges, decision, watch_)) {
             settlement.settle(0);  // never forwarded: refund every cost unit
             co_await stop_watching();
             rec.status = 499;

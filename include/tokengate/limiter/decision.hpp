@@ -46,6 +46,12 @@ struct Decision {
     bool unavailable = false;            // the shared store failed and on_error is fail_closed
 
     bool never() const { return !allowed && retry_after < 0; }
+    /// Admitted into a shaping queue: the request starts later, or when its ticket comes up.
+    bool must_wait() const {
+        for (const auto& s : statuses)
+            if (s.wait > 0 || s.ticket) return true;
+        return false;
+    }
 };
 
 /// What an admitted request needs from the store that admitted it: settlement and, for
