@@ -16,7 +16,6 @@ namespace tokengate::proxy {
 namespace {
 
 constexpr auto k_use = net::as_tuple(net::use_awaitable);
-constexpr std::size_t k_relay_chunk = 16 * 1024;
 constexpr std::uint32_t k_upstream_header_limit = 64 * 1024;
 
 std::chrono::nanoseconds ns(core::Nanos n) { return std::chrono::nanoseconds(n); }
@@ -129,10 +128,9 @@ net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& heal
         auto [ec, n] = co_await send({}, false);
         client_failed = static_cast<bool>(ec);
     }
-    // The relay buffer lives with the connection (a 16 KiB array in this coroutine's frame made
-    // every request allocate a 17 KiB frame), uninitialised: only bytes a body uses become resident.
-    if (!conn->relay_buffer) conn->relay_buffer = std::make_unique_for_overwrite<char[]>(k_relay_chunk);
-    std::span<char> chunk(conn->relay_buffer.get(), k_relay_chunk);
+    // The relay buffer lives with the connection: a 16 KiB array in this coroutine's frame made
+    // every request allocate a 17 KiB frame.
+    std::span<char> chunk(conn->relay_buffer.get(), UpstreamConnection::k_relay_size);
     while (!client_failed && !client.head_request && !parser->is_done()) {
         response.body().data = chunk.data();
         response.body().size = chunk.size();

@@ -18,12 +18,18 @@ namespace net = boost::asio;
 namespace beast = boost::beast;
 
 struct UpstreamConnection {
+    static constexpr std::size_t k_relay_size = 16 * 1024;
+
     // Beast reads into the buffer's free capacity, at least 512 bytes: without room reserved an
-    // upstream stream arrives 512 bytes a read, an SSE event per system call.
-    explicit UpstreamConnection(net::any_io_executor ex) : stream(std::move(ex)) { buffer.reserve(16 * 1024); }
+    // upstream stream arrives 512 bytes a read, an SSE event per system call. The relay buffer
+    // is left uninitialised: only the bytes a body uses become resident.
+    explicit UpstreamConnection(net::any_io_executor ex)
+        : stream(std::move(ex)), relay_buffer(std::make_unique_for_overwrite<char[]>(k_relay_size)) {
+        buffer.reserve(16 * 1024);
+    }
     beast::tcp_stream stream;
     beast::flat_buffer buffer;
-    std::unique_ptr<char[]> relay_buffer;  // response body pieces on their way to the client
+    std::unique_ptr<char[]> relay_buffer;  // response body pieces on their way to the client (k_relay_size)
     bool reused = false;
     std::chrono::steady_clock::time_point idle_since;  // when it went back to the pool
 };
