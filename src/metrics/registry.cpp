@@ -8,13 +8,16 @@ namespace tokengate::metrics {
 
 namespace {
 
-/// The series key of a label set, built in a per-thread buffer: updates run on every request.
-std::string_view join(std::initializer_list<std::string_view> labels) {
+/// The series key of a label set, behind the family's id, built in a per-thread buffer:
+/// updates run on every request.
+std::string_view join(std::uint64_t family, std::initializer_list<std::string_view> labels) {
     thread_local std::string key;
-    key.clear();
+    key.assign(reinterpret_cast<const char*>(&family), sizeof family);
     for (auto l : labels) key.append(l).push_back('\x1f');
     return key;
 }
+
+std::atomic<std::uint64_t> next_family_id{1};
 
 std::string number(double v) {
     if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
@@ -40,7 +43,8 @@ std::string escape_label(std::string_view value) {
 
 Family::Family(std::string name, std::string help, Kind kind, std::vector<std::string> label_names,
                std::vector<double> buckets, std::size_t max_series)
-    : name_(std::move(name)),
+    : id_(next_family_id.fetch_add(1)),
+      name_(std::move(name)),
       help_(std::move(help)),
       kind_(kind),
       label_names_(std::move(label_names)),
@@ -48,50 +52,76 @@ Family::Family(std::string name, std::string help, Kind kind, std::vector<std::s
       max_series_(max_series) {}
 
 Family::Series& Family::series(std::initializer_list<std::string_view> labels) {
-    auto key = join(labels);
-    auto it = series_.find(key);
-    if (it != series_.end()) return it->second;
-    Series s;
+    thread_local std::unordered_map<std::string, Series*, KeyHash, std::equal_to<>> cache;
+    auto key = join(id_, labels);
+    if (auto it = cache.find(key); it != cache.end()) return *it->second;
+    // Entries of families that are gone stay until the cache is dropped (tests build many).
+    if (cache.size() >= 1 << 16) cache.clear();
+    auto& s = find_or_create(key.substr(sizeof id_), labels);
+    cache.emplace(key, &s);
+    return s;
+}
+
+Family::Series& Family::find_or_create(std::string_view key, std::initializer_list<std::string_view> labels) {
+    std::lock_guard lock(mutex_);
+    if (auto it = index_.find(key); it != index_.end()) return *it->second;
     std::string stored(key);
-    if (series_.size() >= max_series_) {
-        s.labels.assign(label_names_.size(), "_other");
+    std::vector<std::string> values;
+    if (index_.size() >= max_series_) {
         stored = "\x1e_other";
-        if (auto other = series_.find(stored); other != series_.end()) return other->second;
+        if (auto other = index_.find(stored); other != index_.end()) return *other->second;
+        values.assign(label_names_.size(), "_other");
     } else {
-        for (auto l : labels) s.labels.emplace_back(l);
+        for (auto l : labels) values.emplace_back(l);
     }
-    s.bucket_counts.assign(buckets_.size(), 0);
-    return series_.emplace(std::move(stored), std::move(s)).first->second;
+    auto& s = storage_.emplace_back();
+    s.labels = std::move(values);
+    s.bucket_counts = std::make_unique<std::atomic<std::uint64_t>[]>(buckets_.size());
+    index_.emplace(std::move(stored), &s);
+    return s;
 }
 
 void Family::add(std::initializer_list<std::string_view> labels, double value) {
-    std::lock_guard lock(mutex_);
-    series(labels).value += value;
+    auto& s = series(labels);
+    s.value.fetch_add(value, std::memory_order_relaxed);
+    if (!s.visible.load(std::memory_order_relaxed)) s.visible.store(true, std::memory_order_relaxed);
 }
 
 void Family::set(std::initializer_list<std::string_view> labels, double value) {
-    std::lock_guard lock(mutex_);
-    series(labels).value = value;
+    auto& s = series(labels);
+    s.value.store(value, std::memory_order_relaxed);
+    if (!s.visible.load(std::memory_order_relaxed)) s.visible.store(true, std::memory_order_relaxed);
 }
 
 void Family::observe(std::initializer_list<std::string_view> labels, double value) {
-    std::lock_guard lock(mutex_);
     auto& s = series(labels);
-    for (std::size_t i = 0; i < buckets_.size(); ++i)
-        if (value <= buckets_[i]) ++s.bucket_counts[i];
-    s.sum += value;
-    ++s.count;
+    auto bucket = std::lower_bound(buckets_.begin(), buckets_.end(), value) - buckets_.begin();
+    if (static_cast<std::size_t>(bucket) < buckets_.size())
+        s.bucket_counts[bucket].fetch_add(1, std::memory_order_relaxed);
+    s.sum.fetch_add(value, std::memory_order_relaxed);
+    s.count.fetch_add(1, std::memory_order_relaxed);
+    if (!s.visible.load(std::memory_order_relaxed)) s.visible.store(true, std::memory_order_relaxed);
 }
 
 void Family::clear() {
     std::lock_guard lock(mutex_);
-    series_.clear();
+    for (auto& s : storage_) {
+        s.visible.store(false, std::memory_order_relaxed);
+        s.value.store(0, std::memory_order_relaxed);
+        for (std::size_t i = 0; i < buckets_.size(); ++i) s.bucket_counts[i].store(0, std::memory_order_relaxed);
+        s.sum.store(0, std::memory_order_relaxed);
+        s.count.store(0, std::memory_order_relaxed);
+    }
 }
 
 double Family::value(std::initializer_list<std::string_view> labels) const {
+    auto key = join(id_, labels).substr(sizeof id_);
     std::lock_guard lock(mutex_);
-    auto it = series_.find(join(labels));
-    return it == series_.end() ? 0 : (kind_ == Kind::histogram ? static_cast<double>(it->second.count) : it->second.value);
+    auto it = index_.find(key);
+    if (it == index_.end() || !it->second->visible.load(std::memory_order_relaxed)) return 0;
+    const auto& s = *it->second;
+    return kind_ == Kind::histogram ? static_cast<double>(s.count.load(std::memory_order_relaxed))
+                                    : s.value.load(std::memory_order_relaxed);
 }
 
 void Family::render(std::string& out) const {
@@ -99,7 +129,8 @@ void Family::render(std::string& out) const {
     out += "# HELP " + name_ + " " + help_ + "\n# TYPE " + name_ + " " + k_types[static_cast<int>(kind_)] + "\n";
     std::lock_guard lock(mutex_);
     std::vector<const Series*> sorted;
-    for (const auto& [k, s] : series_) sorted.push_back(&s);
+    for (const auto& s : storage_)
+        if (s.visible.load(std::memory_order_relaxed)) sorted.push_back(&s);
     std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->labels < b->labels; });
     auto labels_text = [&](const Series& s, std::string_view extra_name = {}, std::string_view extra_value = {}) {
         std::string t;
@@ -115,14 +146,20 @@ void Family::render(std::string& out) const {
     };
     for (const auto* s : sorted) {
         if (kind_ != Kind::histogram) {
-            out += name_ + labels_text(*s) + " " + number(s->value) + "\n";
+            out += name_ + labels_text(*s) + " " + number(s->value.load(std::memory_order_relaxed)) + "\n";
             continue;
         }
-        for (std::size_t i = 0; i < buckets_.size(); ++i)
-            out += name_ + "_bucket" + labels_text(*s, "le", number(buckets_[i])) + " " + std::to_string(s->bucket_counts[i]) + "\n";
-        out += name_ + "_bucket" + labels_text(*s, "le", "+Inf") + " " + std::to_string(s->count) + "\n";
-        out += name_ + "_sum" + labels_text(*s) + " " + number(s->sum) + "\n";
-        out += name_ + "_count" + labels_text(*s) + " " + std::to_string(s->count) + "\n";
+        // Read the count first: observations landing meanwhile can only make the buckets
+        // larger, never leave le="+Inf" below a finite bucket.
+        std::uint64_t count = s->count.load(std::memory_order_relaxed), cumulative = 0;
+        for (std::size_t i = 0; i < buckets_.size(); ++i) {
+            cumulative += s->bucket_counts[i].load(std::memory_order_relaxed);
+            out += name_ + "_bucket" + labels_text(*s, "le", number(buckets_[i])) + " " +
+                   std::to_string(std::min(cumulative, count)) + "\n";
+        }
+        out += name_ + "_bucket" + labels_text(*s, "le", "+Inf") + " " + std::to_string(count) + "\n";
+        out += name_ + "_sum" + labels_text(*s) + " " + number(s->sum.load(std::memory_order_relaxed)) + "\n";
+        out += name_ + "_count" + labels_text(*s) + " " + std::to_string(count) + "\n";
     }
 }
 

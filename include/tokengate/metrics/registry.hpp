@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <initializer_list>
@@ -33,15 +34,21 @@ public:
     void render(std::string& out) const;
 
 private:
+    /// Updated without a lock (relaxed atomics): a worker finds its series in a per-thread
+    /// cache, so a request's dozen updates take no mutex. Series are never freed (their count
+    /// is capped), which keeps the cached pointers valid; clear() hides them instead.
     struct Series {
         std::vector<std::string> labels;
-        double value = 0;
-        std::vector<std::uint64_t> bucket_counts;
-        double sum = 0;
-        std::uint64_t count = 0;
+        std::atomic<double> value{0};
+        std::unique_ptr<std::atomic<std::uint64_t>[]> bucket_counts;  // per bucket, not cumulative
+        std::atomic<double> sum{0};
+        std::atomic<std::uint64_t> count{0};
+        std::atomic<bool> visible{true};
     };
     Series& series(std::initializer_list<std::string_view> labels);
+    Series& find_or_create(std::string_view key, std::initializer_list<std::string_view> labels);
 
+    std::uint64_t id_;  // names this family in the per-thread caches; never reused
     std::string name_;
     std::string help_;
     Kind kind_;
@@ -53,8 +60,9 @@ private:
         using is_transparent = void;
         std::size_t operator()(std::string_view key) const { return std::hash<std::string_view>{}(key); }
     };
-    mutable std::mutex mutex_;
-    std::unordered_map<std::string, Series, KeyHash, std::equal_to<>> series_;
+    mutable std::mutex mutex_;  // guards index_ and storage_'s growth, not the values
+    std::deque<Series> storage_;
+    std::unordered_map<std::string, Series*, KeyHash, std::equal_to<>> index_;
 };
 
 /// Holds the families and renders them in the Prometheus text exposition format (0.0.4).

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <thread>
+#include <vector>
+
 #include "tokengate/metrics/registry.hpp"
 
 namespace tokengate::metrics {
@@ -37,6 +40,51 @@ TEST(Registry, CardinalityIsCapped) {
     auto text = r.render();
     EXPECT_NE(text.find("tg_c{tenant=\"_other\"} 97\n"), std::string::npos) << text;
     EXPECT_EQ(text.find("tenant-50"), std::string::npos);
+}
+
+TEST(Registry, ClearHidesSeriesUntilTheyAreSetAgain) {
+    Registry r;
+    auto& depth = r.gauge("tg_queue_depth", "Waiting.", {"limit"});
+    depth.set({"gpu"}, 3);
+    depth.set({"cpu"}, 1);
+    depth.clear();
+    EXPECT_EQ(r.render().find("tg_queue_depth{"), std::string::npos) << r.render();
+    EXPECT_DOUBLE_EQ(depth.value({"gpu"}), 0);
+    depth.set({"gpu"}, 2);
+    auto text = r.render();
+    EXPECT_NE(text.find("tg_queue_depth{limit=\"gpu\"} 2\n"), std::string::npos) << text;
+    EXPECT_EQ(text.find("cpu"), std::string::npos) << text;
+}
+
+TEST(Registry, ANewRegistryNeverSeesAnOldOnesSeries) {
+    // Each thread caches where a series lives; a registry built where an old one stood must
+    // not find the old one's series through that cache.
+    for (int round = 0; round < 3; ++round) {
+        Registry r;
+        auto& c = r.counter("tg_c", "C.", {"tenant"});
+        c.add({"acme"});
+        EXPECT_DOUBLE_EQ(c.value({"acme"}), 1) << "round " << round;
+    }
+}
+
+TEST(Registry, UpdatesFromManyThreadsAreAllCounted) {
+    Registry r;
+    auto& c = r.counter("tg_c", "C.", {"tenant"});
+    auto& h = r.histogram("tg_h", "H.", {"upstream"}, {0.5, 2});
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+        threads.emplace_back([&, t] {
+            for (int i = 0; i < 10000; ++i) {
+                c.add({i % 2 ? "a" : "b"});
+                h.observe({"u"}, t % 2 ? 1.0 : 0.25);
+            }
+        });
+    for (auto& t : threads) t.join();
+    EXPECT_DOUBLE_EQ(c.value({"a"}) + c.value({"b"}), 40000);
+    auto text = r.render();
+    EXPECT_NE(text.find("tg_h_bucket{upstream=\"u\",le=\"0.5\"} 20000\n"), std::string::npos) << text;
+    EXPECT_NE(text.find("tg_h_bucket{upstream=\"u\",le=\"2\"} 40000\n"), std::string::npos) << text;
+    EXPECT_NE(text.find("tg_h_count{upstream=\"u\"} 40000\n"), std::string::npos) << text;
 }
 
 }  // namespace
