@@ -13,7 +13,7 @@ constexpr auto k_use = net::as_tuple(net::use_awaitable);
 constexpr auto k_trust_idle_for = std::chrono::seconds(1);
 
 /// An idle connection the upstream already closed reads as EOF without blocking.
-bool peer_closed(beast::tcp_stream& stream) {
+bool peer_closed(TimedStream& stream) {
     char byte;
     auto fd = stream.socket().native_handle();
     ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);

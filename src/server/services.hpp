@@ -5,7 +5,6 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 
 #include <atomic>
 #include <functional>
@@ -85,7 +84,7 @@ struct Worker {
     net::io_context ioc;
     std::optional<net::ip::tcp::acceptor> acceptor;
     std::unordered_map<std::string, std::unique_ptr<proxy::ConnectionPool>> pools;
-    std::unordered_set<beast::tcp_stream*> idle_connections;  // closed at once on drain
+    std::unordered_set<proxy::TimedStream*> idle_connections;  // closed at once on drain
     std::size_t worker_count = 1;
     // Handing the logger thread one message per request costs a wakeup (and, on few cores, a
     // context switch) per request; a batch per worker every few ms costs one per batch.

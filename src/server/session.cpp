@@ -611,7 +611,7 @@ private:
 
     Worker& worker_;
     Services& services_;
-    beast::tcp_stream stream_;
+    proxy::TimedStream stream_;
     beast::flat_buffer buffer_;
     std::string peer_;
     proxy::ExchangeWatch watch_;                // shared with the watcher during a forward

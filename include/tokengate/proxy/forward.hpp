@@ -56,7 +56,7 @@ struct ForwardHooks {
 };
 
 struct ClientSide {
-    beast::tcp_stream& stream;
+    TimedStream& stream;
     bool keep_alive = true;
     unsigned version = 11;
     bool head_request = false;

@@ -3,7 +3,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/core/error.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "tokengate/config/config.hpp"
+#include "tokengate/proxy/timed_stream.hpp"
 
 namespace tokengate::proxy {
 
@@ -27,7 +28,7 @@ struct UpstreamConnection {
         : stream(std::move(ex)), relay_buffer(std::make_unique_for_overwrite<char[]>(k_relay_size)) {
         buffer.reserve(16 * 1024);
     }
-    beast::tcp_stream stream;
+    TimedStream stream;
     beast::flat_buffer buffer;
     std::unique_ptr<char[]> relay_buffer;  // response body pieces on their way to the client (k_relay_size)
     bool reused = false;
