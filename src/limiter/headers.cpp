@@ -37,14 +37,22 @@ std::optional<std::size_t> tightest(const Decision& d, Pred accept) {
     return best;
 }
 
-void add_openai_set(std::vector<HeaderField>& out, const Decision& d, Unit unit, const char* suffix) {
+/// OpenAI's header names for one unit: limit, remaining, reset.
+struct OpenAiNames {
+    std::string_view limit, remaining, reset;
+};
+constexpr OpenAiNames k_requests_names{"x-ratelimit-limit-requests", "x-ratelimit-remaining-requests",
+                                       "x-ratelimit-reset-requests"};
+constexpr OpenAiNames k_tokens_names{"x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens",
+                                     "x-ratelimit-reset-tokens"};
+
+void add_openai_set(std::vector<HeaderField>& out, const Decision& d, Unit unit, const OpenAiNames& names) {
     auto i = tightest(d, [&](const LimitStatus& s) { return is_rate(s) && s.spec->unit == unit; });
     if (!i) return;
     const auto& s = d.statuses[*i];
-    std::string sfx = suffix;
-    out.push_back({"x-ratelimit-limit-" + sfx, format_number(s.spec->capacity)});
-    out.push_back({"x-ratelimit-remaining-" + sfx, remaining_text(s)});
-    out.push_back({"x-ratelimit-reset-" + sfx, openai_duration(s.verdict.until_full)});
+    out.push_back({names.limit, format_number(s.spec->capacity)});
+    out.push_back({names.remaining, remaining_text(s)});
+    out.push_back({names.reset, openai_duration(s.verdict.until_full)});
 }
 
 }  // namespace
@@ -100,8 +108,8 @@ std::vector<HeaderField> rate_limit_headers(const Decision& d, Nanos unix_now) {
         out.push_back({"RateLimit", "\"" + name + "\";r=" + remaining + ";t=" +
                                         std::to_string(ceil_seconds(s.verdict.until_full))});
     }
-    add_openai_set(out, d, Unit::requests, "requests");
-    add_openai_set(out, d, Unit::cost, "tokens");
+    add_openai_set(out, d, Unit::requests, k_requests_names);
+    add_openai_set(out, d, Unit::cost, k_tokens_names);
     if (!d.allowed && d.retry_after >= 0)
         out.push_back({"Retry-After", std::to_string(std::max<Nanos>(1, ceil_seconds(d.retry_after)))});
     return out;

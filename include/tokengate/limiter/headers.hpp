@@ -2,6 +2,7 @@
 
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tokengate/limiter/decision.hpp"
@@ -9,7 +10,7 @@
 namespace tokengate::limiter {
 
 struct HeaderField {
-    std::string name;
+    std::string_view name;  // always a literal: a request's dozen names cost no allocation
     std::string value;
 };
 

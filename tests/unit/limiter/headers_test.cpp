@@ -29,7 +29,7 @@ TEST(FormatNumber, IntegersAndFractions) {
 
 std::map<std::string, std::string> as_map(const std::vector<HeaderField>& fields) {
     std::map<std::string, std::string> m;
-    for (const auto& f : fields) m[f.name] = f.value;
+    for (const auto& f : fields) m[std::string(f.name)] = f.value;
     return m;
 }
 
