@@ -95,7 +95,8 @@ public:
             net::post(w->ioc, [w = w.get()] {
                 beast::error_code ignored;
                 if (w->acceptor) w->acceptor->close(ignored);
-                for (auto* stream : w->idle_connections) stream->cancel();
+                for (auto [stream, idle] : w->client_connections)
+                    if (*idle) stream->cancel();
             });
         }
         auto timeout = services_.runtime.get()->config->server.drain_timeout;
@@ -278,9 +279,7 @@ GatewayMetrics::GatewayMetrics(metrics::Registry& r)
                               {"tenant", "limit"})),
       config_reloads(r.counter("tokengate_config_reloads_total", "Configuration reloads.", {"result"})) {}
 
-void Worker::log_access(std::string_view line) {
-    if (!access_batch.empty()) access_batch += '\n';
-    access_batch += line;
+void Worker::access_line_written() {
     if (access_batch.size() >= 32 * 1024) return flush_access_log();
     if (access_flush_armed) return;
     // A line waits at most 20 ms for its batch.

@@ -11,7 +11,6 @@
 #include <memory>
 #include <optional>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "tokengate/core/clock.hpp"
 #include "tokengate/metrics/registry.hpp"
@@ -75,8 +74,13 @@ struct Worker {
 
     /// This worker's pool for an upstream, created (or re-pointed after a reload) on demand.
     proxy::ConnectionPool& pool_for(const config::UpstreamConfig& upstream, std::size_t workers);
-    /// Queues one access-log line; lines leave in batches (see flush_access_log).
-    void log_access(std::string_view line);
+    /// Where the next access-log line is written, straight into the batch; lines leave in
+    /// batches (see flush_access_log). Call access_line_written() after each.
+    std::string& next_access_line() {
+        if (!access_batch.empty()) access_batch += '\n';
+        return access_batch;
+    }
+    void access_line_written();
     /// Hands the queued lines to the access logger as one message.
     void flush_access_log();
 
@@ -84,7 +88,9 @@ struct Worker {
     net::io_context ioc;
     std::optional<net::ip::tcp::acceptor> acceptor;
     std::unordered_map<std::string, std::unique_ptr<proxy::ConnectionPool>> pools;
-    std::unordered_set<proxy::TimedStream*> idle_connections;  // closed at once on drain
+    /// Every client connection with its "between requests" flag: a drain closes the idle ones
+    /// at once. Registered once per connection, not per request.
+    std::unordered_map<proxy::TimedStream*, const bool*> client_connections;
     std::size_t worker_count = 1;
     // Handing the logger thread one message per request costs a wakeup (and, on few cores, a
     // context switch) per request; a batch per worker every few ms costs one per batch.

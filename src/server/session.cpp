@@ -186,7 +186,11 @@ public:
         auto endpoint = stream_.socket().remote_endpoint(ec);
         peer_ = ec ? "0.0.0.0" : address_text(endpoint.address());
         stream_.socket().set_option(tcp::no_delay(true), ec);
+        worker_.client_connections.emplace(&stream_, &between_requests_);
     }
+    ~Session() { worker_.client_connections.erase(&stream_); }
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
 
     net::awaitable<void> run() {
         for (;;) {
@@ -195,10 +199,10 @@ public:
             if (services_.draining.load()) break;
             if (buffer_.size() == 0) {
                 // Between requests: the idle timeout applies, and a drain may close us at once.
-                worker_.idle_connections.insert(&stream_);
+                between_requests_ = true;
                 stream_.expires_after(ns(server.idle_timeout));
                 auto [ec, n] = co_await stream_.async_read_some(buffer_.prepare(8192), k_use);
-                worker_.idle_connections.erase(&stream_);
+                between_requests_ = false;
                 if (ec) break;
                 buffer_.commit(n);
             }
@@ -279,9 +283,7 @@ private:
         if (r.completion_tokens) m.tokens.add({r.tenant, r.model, "completion"}, static_cast<double>(r.completion_tokens));
         if (!services_.access_log) return;
         auto now = services_.clock.now();
-        std::string line;
-        line.reserve(512);
-        core::JsonObjectWriter w(line);
+        core::JsonObjectWriter w(worker_.next_access_line());
         w.number("ts", static_cast<double>(services_.clock.unix_now()) / 1e9)
             .string("request_id", r.request_id)
             .string("client_ip", r.client_ip)
@@ -302,7 +304,7 @@ private:
         else w.number("ttfb_ms", static_cast<double>(r.first_byte - r.started) / 1e6);
         w.number("duration_ms", static_cast<double>(now - r.started) / 1e6);
         w.close();
-        worker_.log_access(line);
+        worker_.access_line_written();
     }
 
     /// Watches the client socket while the upstream works, so a client that goes away
@@ -612,6 +614,7 @@ private:
     Worker& worker_;
     Services& services_;
     proxy::TimedStream stream_;
+    bool between_requests_ = false;  // waiting for the next request: a drain may close us
     beast::flat_buffer buffer_;
     std::string peer_;
     proxy::ExchangeWatch watch_;                // shared with the watcher during a forward
