@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 namespace tokengate::metrics {
 
@@ -51,14 +52,77 @@ Family::Family(std::string name, std::string help, Kind kind, std::vector<std::s
       buckets_(std::move(buckets)),
       max_series_(max_series) {}
 
+namespace {
+
+/// The per-thread index from a series key (family id + label values) to its series: open
+/// addressing over one flat array, keyed by a word-at-a-time hash. std::unordered_map with
+/// std::hash cost more than the update it served (a request makes a dozen).
+class SeriesCache {
+public:
+    void* find(std::string_view key, std::uint64_t hash) const {
+        if (slots_.empty()) return nullptr;
+        for (std::size_t i = hash & mask();; i = (i + 1) & mask()) {
+            const auto& slot = slots_[i];
+            if (!slot.target) return nullptr;
+            if (slot.hash == hash && slot.key == key) return slot.target;
+        }
+    }
+    void insert(std::string_view key, std::uint64_t hash, void* target) {
+        // Entries of families that are gone stay until the cache is dropped (tests build many).
+        if (used_ >= (1u << 16)) {
+            slots_.clear();
+            used_ = 0;
+        }
+        if ((used_ + 1) * 2 > slots_.size()) grow();
+        place(Slot{hash, std::string(key), target});
+        ++used_;
+    }
+    static std::uint64_t hash(std::string_view key) {
+        std::uint64_t h = 0x9E3779B97F4A7C15ull ^ key.size();
+        std::size_t i = 0;
+        for (; i + 8 <= key.size(); i += 8) {
+            std::uint64_t word;
+            std::memcpy(&word, key.data() + i, 8);
+            h = (h ^ word) * 0xBF58476D1CE4E5B9ull;
+            h ^= h >> 31;
+        }
+        std::uint64_t tail = 0;
+        std::memcpy(&tail, key.data() + i, key.size() - i);
+        h = (h ^ tail) * 0x94D049BB133111EBull;
+        return h ^ (h >> 29);
+    }
+
+private:
+    struct Slot {
+        std::uint64_t hash = 0;
+        std::string key;
+        void* target = nullptr;
+    };
+    std::size_t mask() const { return slots_.size() - 1; }
+    void place(Slot slot) {
+        std::size_t i = slot.hash & mask();
+        while (slots_[i].target) i = (i + 1) & mask();
+        slots_[i] = std::move(slot);
+    }
+    void grow() {
+        auto old = std::move(slots_);
+        slots_.assign(std::max<std::size_t>(64, old.size() * 2), Slot{});
+        for (auto& slot : old)
+            if (slot.target) place(std::move(slot));
+    }
+    std::vector<Slot> slots_;  // a power of two, at most half full
+    std::size_t used_ = 0;
+};
+
+}  // namespace
+
 Family::Series& Family::series(std::initializer_list<std::string_view> labels) {
-    thread_local std::unordered_map<std::string, Series*, KeyHash, std::equal_to<>> cache;
+    thread_local SeriesCache cache;
     auto key = join(id_, labels);
-    if (auto it = cache.find(key); it != cache.end()) return *it->second;
-    // Entries of families that are gone stay until the cache is dropped (tests build many).
-    if (cache.size() >= 1 << 16) cache.clear();
+    auto hash = SeriesCache::hash(key);
+    if (auto* found = cache.find(key, hash)) return *static_cast<Series*>(found);
     auto& s = find_or_create(key.substr(sizeof id_), labels);
-    cache.emplace(key, &s);
+    cache.insert(key, hash, &s);
     return s;
 }
 
