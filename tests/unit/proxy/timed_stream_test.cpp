@@ -34,21 +34,36 @@ struct Pair {
         }
         ASSERT_TRUE(done) << "the operation never completed";
     }
+    /// Lets the loop run for `duration`: the stream's timer fires meanwhile if it is due.
+    void run_for(std::chrono::milliseconds duration) {
+        net::steady_timer wait(ioc, duration);
+        bool waited = false;
+        wait.async_wait([&](beast::error_code) { waited = true; });
+        run_until(waited);
+    }
+    /// Runs `operation` (a read or write of one byte) to its end; the error it ended with.
+    template <class Operation>
+    beast::error_code complete(Operation operation) {
+        beast::error_code result = net::error::fault;
+        bool done = false;
+        operation([&](beast::error_code ec, std::size_t) {
+            result = ec;
+            done = true;
+        });
+        run_until(done);
+        return result;
+    }
+    beast::error_code read_byte(char& byte) {
+        return complete([&](auto handler) { stream->async_read_some(net::buffer(&byte, 1), handler); });
+    }
 };
 
 TEST(TimedStream, AReadPastItsDeadlineFailsWithTimeoutAndClosesTheSocket) {
     Pair p;
     char byte;
-    beast::error_code result;
-    bool done = false;
     auto started = std::chrono::steady_clock::now();
     p.stream->expires_after(50ms);
-    p.stream->async_read_some(net::buffer(&byte, 1), [&](beast::error_code ec, std::size_t) {
-        result = ec;
-        done = true;
-    });
-    p.run_until(done);
-    EXPECT_EQ(result, beast::error::timeout);
+    EXPECT_EQ(p.read_byte(byte), beast::error::timeout);
     EXPECT_GE(std::chrono::steady_clock::now() - started, 50ms);
     EXPECT_FALSE(p.stream->socket().is_open());
 }
@@ -56,19 +71,13 @@ TEST(TimedStream, AReadPastItsDeadlineFailsWithTimeoutAndClosesTheSocket) {
 TEST(TimedStream, AMovedDeadlineGovernsAndDataBeforeItIsRead) {
     Pair p;
     char byte = 0;
-    beast::error_code result = net::error::fault;
-    bool done = false;
     // The timer first wakes at 50 ms, finds the deadline moved to 10 s, and waits on; the byte
     // sent at ~150 ms completes the read.
     p.stream->expires_after(50ms);
     p.stream->expires_after(10s);
-    p.stream->async_read_some(net::buffer(&byte, 1), [&](beast::error_code ec, std::size_t) {
-        result = ec;
-        done = true;
-    });
     net::steady_timer later(p.ioc, 150ms);
     later.async_wait([&](beast::error_code) { net::write(p.peer, net::buffer("x", 1)); });
-    p.run_until(done);
+    auto result = p.read_byte(byte);
     EXPECT_FALSE(result) << result.message();
     EXPECT_EQ(byte, 'x');
 }
@@ -76,32 +85,16 @@ TEST(TimedStream, AMovedDeadlineGovernsAndDataBeforeItIsRead) {
 TEST(TimedStream, AnEarlierDeadlineMovesTheTimer) {
     Pair p;
     char byte;
-    beast::error_code result;
-    bool done = false;
     p.stream->expires_after(60s);
     p.stream->expires_after(50ms);
-    p.stream->async_read_some(net::buffer(&byte, 1), [&](beast::error_code ec, std::size_t) {
-        result = ec;
-        done = true;
-    });
-    p.run_until(done);
-    EXPECT_EQ(result, beast::error::timeout);
+    EXPECT_EQ(p.read_byte(byte), beast::error::timeout);
 }
 
 TEST(TimedStream, ADeadlinePassedWhileIdleFailsTheNextOperation) {
     Pair p;
     p.stream->expires_after(20ms);
-    net::steady_timer wait(p.ioc, 200ms);
-    bool waited = false;
-    wait.async_wait([&](beast::error_code) { waited = true; });
-    p.run_until(waited);
-    beast::error_code result;
-    bool done = false;
-    p.stream->async_write_some(net::buffer("x", 1), [&](beast::error_code ec, std::size_t) {
-        result = ec;
-        done = true;
-    });
-    p.run_until(done);
+    p.run_for(200ms);
+    auto result = p.complete([&](auto handler) { p.stream->async_write_some(net::buffer("x", 1), handler); });
     EXPECT_EQ(result, beast::error::timeout);
     EXPECT_FALSE(p.stream->socket().is_open());
 }
@@ -109,18 +102,11 @@ TEST(TimedStream, ADeadlinePassedWhileIdleFailsTheNextOperation) {
 TEST(TimedStream, NoDeadlineAfterExpiresNeverAndCancelAborts) {
     Pair p;
     char byte;
-    beast::error_code result;
-    bool done = false;
     p.stream->expires_after(30ms);
     p.stream->expires_never();
-    p.stream->async_read_some(net::buffer(&byte, 1), [&](beast::error_code ec, std::size_t) {
-        result = ec;
-        done = true;
-    });
     net::steady_timer later(p.ioc, 200ms);  // well past the first deadline
     later.async_wait([&](beast::error_code) { p.stream->cancel(); });
-    p.run_until(done);
-    EXPECT_EQ(result, net::error::operation_aborted);
+    EXPECT_EQ(p.read_byte(byte), net::error::operation_aborted);
     EXPECT_TRUE(p.stream->socket().is_open());
 }
 
@@ -128,10 +114,7 @@ TEST(TimedStream, DestroyedWithItsTimerPendingIsSafe) {
     Pair p;
     p.stream->expires_after(20ms);
     p.stream.reset();
-    net::steady_timer wait(p.ioc, 100ms);
-    bool waited = false;
-    wait.async_wait([&](beast::error_code) { waited = true; });
-    p.run_until(waited);  // the stale timer handler ran without touching the stream (ASan's build checks)
+    p.run_for(100ms);  // the stale timer handler runs without touching the stream (ASan's build checks)
 }
 
 }  // namespace
