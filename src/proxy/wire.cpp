@@ -1,8 +1,10 @@
 #include "tokengate/proxy/wire.hpp"
 
+#include <boost/container/small_vector.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/status.hpp>
 
+#include <algorithm>
 #include <charconv>
 
 namespace tokengate::proxy::wire {
@@ -15,7 +17,9 @@ void append_number(std::string& out, std::size_t n) {
     out.append(digits, end);
 }
 
-bool connection_names(const http::fields& fields, std::string_view name) {
+/// The field names that the Connection fields list, read once per head.
+boost::container::small_vector<std::string_view, 8> connection_tokens(const http::fields& fields) {
+    boost::container::small_vector<std::string_view, 8> tokens;
     auto [first, last] = fields.equal_range(http::field::connection);
     for (auto it = first; it != last; ++it) {
         std::string_view list = it->value();
@@ -25,10 +29,10 @@ bool connection_names(const http::fields& fields, std::string_view name) {
             list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
             while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) token.remove_prefix(1);
             while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
-            if (boost::beast::iequals(token, name)) return true;
+            if (!token.empty()) tokens.push_back(token);
         }
     }
-    return false;
+    return tokens;
 }
 
 /// RFC 9110 §7.6.1's hop-by-hop fields; Beast names each of them when it parses a head.
@@ -74,11 +78,12 @@ void content_length(std::string& out, std::size_t length) {
 }
 
 void forwardable_fields(std::string& out, const http::fields& fields, FieldFilter replaced) {
-    bool has_connection = fields.count(http::field::connection) > 0;
+    auto named = connection_tokens(fields);
     for (const auto& f : fields) {
         auto name = f.name_string();
         if (standard_hop_by_hop(f.name()) || (replaced && replaced(f.name(), name))) continue;
-        if (has_connection && connection_names(fields, name)) continue;
+        if (std::any_of(named.begin(), named.end(), [&](auto token) { return boost::beast::iequals(token, name); }))
+            continue;
         field(out, name, f.value());
     }
 }
