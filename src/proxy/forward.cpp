@@ -143,12 +143,7 @@ net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& heal
         // One read often brings several upstream chunks (SSE events); Beast's parser yields one
         // per call. Take in everything already buffered, so they leave in one send, not one each.
         beast::error_code drain_error;
-        while (!parser->is_done() && conn->buffer.size() > 0 && response.body().size > 0) {
-            auto used = parser->put(conn->buffer.data(), drain_error);
-            conn->buffer.consume(used);
-            if (drain_error == http::error::need_more || drain_error == http::error::need_buffer) drain_error = {};
-            if (drain_error || used == 0) break;
-        }
+        wire::put_buffered(*parser, conn->buffer, drain_error);
         bool last = parser->is_done();
         std::string_view piece(chunk.data(), chunk.size() - response.body().size);
         if (hooks.on_chunk) piece = hooks.on_chunk(piece, last);

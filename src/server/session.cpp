@@ -213,12 +213,7 @@ public:
             // another asynchronous operation; a partial one continues below from where it stopped.
             parser.eager(true);
             beast::error_code hec;
-            while (!parser.is_done() && buffer_.size() > 0) {
-                auto used = parser.put(buffer_.data(), hec);
-                buffer_.consume(used);
-                if (hec || used == 0) break;
-            }
-            if (hec == http::error::need_more) hec = {};
+            proxy::wire::put_buffered(parser, buffer_, hec);
             if (!hec && !parser.is_header_done()) {
                 stream_.expires_after(ns(server.header_timeout));
                 std::tie(hec, std::ignore) = co_await http::async_read_header(stream_, buffer_, parser, k_use);

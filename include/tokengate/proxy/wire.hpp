@@ -1,5 +1,8 @@
 #pragma once
 
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/basic_parser.hpp>
+#include <boost/beast/http/error.hpp>
 #include <boost/beast/http/fields.hpp>
 
 #include <cstddef>
@@ -32,5 +35,23 @@ void forwardable_fields(std::string& out, const http::fields& fields, FieldFilte
 std::string_view chunk_size_line(std::size_t size, char (&buffer)[24]);
 inline constexpr std::string_view k_crlf = "\r\n";
 inline constexpr std::string_view k_last_chunk = "0\r\n\r\n";
+
+/// Feeds `parser` what `buffer` already holds, consuming what it takes, until the message is
+/// done, the buffer runs dry, or the parser needs more bytes or a fresh body buffer (neither is
+/// an error here). A parse error is left in `ec`. Parsing what has arrived costs no
+/// asynchronous operation: a whole request, or every SSE event one read brought.
+template <bool isRequest>
+void put_buffered(http::basic_parser<isRequest>& parser, boost::beast::flat_buffer& buffer,
+                  boost::beast::error_code& ec) {
+    while (!parser.is_done() && buffer.size() > 0) {
+        auto used = parser.put(buffer.data(), ec);
+        buffer.consume(used);
+        if (ec == http::error::need_more || ec == http::error::need_buffer) {
+            ec = {};
+            return;
+        }
+        if (ec || used == 0) return;
+    }
+}
 
 }  // namespace tokengate::proxy::wire
