@@ -28,14 +28,17 @@ bool read_usage(simdjson::dom::object doc, Usage& out) {
     return true;
 }
 
-/// Finds the end of the first complete event ("\n\n" or "\r\n\r\n"); npos if none yet.
+/// Finds the end of the first complete event ("\n\n" or "\r\n\r\n"); npos if none yet. One
+/// pass over the line feeds: a piece can hold a whole stream's events.
 std::pair<std::size_t, std::size_t> event_end(std::string_view s) {
-    auto lf = s.find("\n\n");
-    auto crlf = s.find("\r\n\r\n");
-    if (crlf != std::string_view::npos && (lf == std::string_view::npos || crlf < lf)) return {crlf, 4};
-    if (lf != std::string_view::npos) return {lf, 2};
+    for (auto i = s.find('\n'); i != std::string_view::npos && i + 1 < s.size(); i = s.find('\n', i + 1)) {
+        if (s[i + 1] == '\n') return {i, 2};
+        if (i > 0 && s[i - 1] == '\r' && s[i + 1] == '\r' && i + 2 < s.size() && s[i + 2] == '\n') return {i - 1, 4};
+    }
     return {std::string_view::npos, 0};
 }
+
+constexpr std::string_view k_null_usage = ",\"usage\":null";
 
 }  // namespace
 
@@ -59,25 +62,51 @@ Usage JsonUsageReader::finish() const {
 
 std::string_view SseUsageFilter::feed(std::string_view data, bool last) {
     out_.clear();
-    pending_.append(data);
+    // Events are read in place: from the caller's piece, or from pending_ when an event
+    // straddled two pieces. Unchanged runs of events are passed on without a copy.
+    std::string_view source = data;
+    if (!pending_.empty()) {
+        pending_.append(data);
+        source = pending_;
+    }
     std::size_t consumed = 0;
+    std::size_t copied = 0;  // source[copied, consumed) is verbatim output not yet in out_
+    bool edited = false;
     for (;;) {
-        auto [end, delimiter] = event_end(std::string_view(pending_).substr(consumed));
+        auto [end, delimiter] = event_end(source.substr(consumed));
         if (end == std::string_view::npos) break;
-        std::string event = pending_.substr(consumed, end + delimiter);
-        consumed += end + delimiter;
-        if (inspect(event)) out_ += event;
+        auto event = source.substr(consumed, end + delimiter);
+        auto verdict = inspect(event);
+        if (verdict != Verdict::keep) {
+            out_.append(source.substr(copied, consumed - copied));
+            if (verdict == Verdict::strip_null_usage) append_without_null_usage(event);
+            copied = consumed + event.size();
+            edited = true;
+        }
+        consumed += event.size();
     }
-    pending_.erase(0, consumed);
     // An event larger than any real one is passed on unparsed rather than held without bound.
-    if (last || pending_.size() > max_event_bytes_) {
-        out_ += pending_;
-        pending_.clear();
+    if (last || source.size() - consumed > max_event_bytes_) consumed = source.size();
+    auto tail = source.substr(consumed);
+    if (!edited && source.data() == data.data()) {
+        pending_.assign(tail);
+        return source.substr(0, consumed);
     }
+    out_.append(source.substr(copied, consumed - copied));
+    if (source.data() == data.data()) pending_.assign(tail);
+    else pending_.erase(0, consumed);
     return out_;
 }
 
-bool SseUsageFilter::inspect(std::string& event) {
+void SseUsageFilter::append_without_null_usage(std::string_view event) {
+    for (auto at = event.find(k_null_usage); at != std::string_view::npos; at = event.find(k_null_usage)) {
+        out_.append(event.substr(0, at));
+        event.remove_prefix(at + k_null_usage.size());
+    }
+    out_.append(event);
+}
+
+SseUsageFilter::Verdict SseUsageFilter::inspect(std::string_view event) {
     std::size_t line_start = 0;
     while (line_start < event.size()) {
         auto line_end = event.find('\n', line_start);
@@ -107,18 +136,14 @@ bool SseUsageFilter::inspect(std::string& event) {
                             streamed_tokens_ += estimate_tokens(text);
                         }
                     }
-                    if (hide_usage_ && has_usage && choices.size() == 0) return false;
+                    if (hide_usage_ && has_usage && choices.size() == 0) return Verdict::drop;
                 }
             }
         }
         line_start = line_end + 1;
     }
-    if (hide_usage_) {
-        static constexpr std::string_view k_null_usage = ",\"usage\":null";
-        for (auto at = event.find(k_null_usage); at != std::string::npos; at = event.find(k_null_usage, at))
-            event.erase(at, k_null_usage.size());
-    }
-    return true;
+    if (hide_usage_ && event.find(k_null_usage) != std::string_view::npos) return Verdict::strip_null_usage;
+    return Verdict::keep;
 }
 
 }  // namespace tokengate::cost

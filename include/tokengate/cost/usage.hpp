@@ -35,7 +35,8 @@ public:
     explicit SseUsageFilter(bool hide_usage, std::size_t max_event_bytes = 1u << 20)
         : hide_usage_(hide_usage), max_event_bytes_(max_event_bytes) {}
 
-    /// Returns the bytes to forward now (valid until the next call). `last` flushes the tail.
+    /// Returns the bytes to forward now: a view of `data` when no event was changed, else of
+    /// the filter's own buffer (valid until the next call). `last` flushes the tail.
     std::string_view feed(std::string_view data, bool last);
 
     Usage usage() const { return usage_; }
@@ -43,8 +44,10 @@ public:
     bool saw_output() const { return streamed_tokens_ > 0 || usage_.completion_tokens > 0; }
 
 private:
-    /// Inspects one complete event; returns false if it must be hidden.
-    bool inspect(std::string& event);
+    enum class Verdict { keep, drop, strip_null_usage };
+    /// Inspects one complete event: reads its usage and text, and says what to forward.
+    Verdict inspect(std::string_view event);
+    void append_without_null_usage(std::string_view event);
 
     bool hide_usage_;
     std::size_t max_event_bytes_;

@@ -42,6 +42,25 @@ TEST(SseUsageFilter, KeepsUsageForAClientThatAsked) {
     EXPECT_TRUE(f.usage().known);
 }
 
+TEST(SseUsageFilter, PassesUnchangedEventsOnWithoutACopy) {
+    SseUsageFilter f(/*hide_usage=*/false);
+    auto batch = k_role + k_token + k_token + "data: {\"cho";
+    auto out = f.feed(batch, false);
+    EXPECT_EQ(out.data(), batch.data()) << "a view of the caller's bytes";
+    EXPECT_EQ(out, k_role + k_token + k_token);
+    EXPECT_EQ(f.feed("ices\":[]}\n\n", true), "data: {\"choices\":[]}\n\n") << "the held tail, completed";
+}
+
+TEST(SseUsageFilter, EditsOnlyTheEventsItMustInABatch) {
+    const std::string plain = R"(data: {"choices":[{"delta":{"content":"Hi"},"index":0}]})" "\n\n";
+    SseUsageFilter f(/*hide_usage=*/true);
+    auto out = std::string(f.feed(plain + k_token + plain + k_usage + plain + k_done, true));
+    auto stripped = R"(data: {"choices":[{"delta":{"content":"Hello world"},"index":0}]})" "\n\n";
+    EXPECT_EQ(out, plain + stripped + plain + plain + k_done);
+    EXPECT_EQ(f.usage().completion_tokens, 34u);
+    EXPECT_EQ(f.streamed_tokens(), 3 * estimate_tokens("Hi") + estimate_tokens("Hello world"));
+}
+
 TEST(SseUsageFilter, CountsStreamedTextWithoutUsage) {
     SseUsageFilter f(false);
     feed_in_pieces(f, k_role + k_token + k_token + k_done, 3);
