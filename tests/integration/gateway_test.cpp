@@ -386,7 +386,8 @@ TEST(Gateway, SigtermDrainsInFlightStreamsThenExits) {
 }
 
 TEST(Cli, CheckReportsFileLineAndColumn) {
-    auto dir = temp_dir();
+    TempDir temp;
+    const auto& dir = temp.path();
     std::ofstream(dir + "/bad.yaml") << "upstreams:\n  - { name: up, url: \"http://127.0.0.1:1\" }\n"
                                         "routes:\n  - { path: /v1/x, upstreams: [up] }\n"
                                         "tenants:\n  - { id: t, keys: [k], tier: nope }\n";
@@ -397,7 +398,8 @@ TEST(Cli, CheckReportsFileLineAndColumn) {
 }
 
 TEST(Cli, HashKeyPrintsSha256Form) {
-    auto dir = temp_dir();
+    TempDir temp;
+    const auto& dir = temp.path();
     Process p({TOKENGATE_BINARY, "hash-key", "test"}, dir + "/out.txt");
     EXPECT_EQ(p.wait(10s), 0);
     EXPECT_EQ(read_file(dir + "/out.txt"), "sha256:" + core::sha256_hex("test") + "\n");

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -118,11 +119,17 @@ std::string read_file(const std::string& path) {
     return s.str();
 }
 
-std::string temp_dir() {
+TempDir::TempDir() {
     char tmpl[] = "/tmp/tokengate-test-XXXXXX";
     char* d = ::mkdtemp(tmpl);
     if (!d) throw std::runtime_error("mkdtemp failed");
-    return d;
+    path_ = d;
+}
+
+TempDir::~TempDir() {
+    if (const char* keep = std::getenv("TOKENGATE_KEEP_TEST_DIRS"); keep && std::string(keep) == "1") return;
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
 }
 
 RawClient::RawClient(unsigned short port) : fd_(connect_to(port)) {}
@@ -286,11 +293,11 @@ static void replace_all(std::string& s, const std::string& from, const std::stri
 GatewayUnderTest::GatewayUnderTest(const std::string& config_body, const std::string& server_extra,
                                    double mock_tokens_per_s, const std::string& upstream_extra,
                                    const std::vector<std::string>& launcher)
-    : dir_(temp_dir()), port_(free_port()), mock_port_(free_port()), admin_port_(free_port()) {
+    : port_(free_port()), mock_port_(free_port()), admin_port_(free_port()) {
     ::setenv("TOKENGATE_TEST_ADMIN_TOKEN", admin_token, 1);
     mock_.emplace(std::vector<std::string>{TOKENGATE_BINARY, "mock-upstream", "--port", std::to_string(mock_port_),
                                            "--tokens-per-s", std::to_string(mock_tokens_per_s)},
-                  dir_ + "/mock.log");
+                  dir_.path() + "/mock.log");
     std::string dead = "http://127.0.0.1:" + std::to_string(free_port());
     config_head_ = "server:\n  listen: 127.0.0.1:" + std::to_string(port_) + "\n  threads: 2\n" + server_extra +
                    "admin:\n  listen: 127.0.0.1:" + std::to_string(admin_port_) +
@@ -304,8 +311,8 @@ GatewayUnderTest::GatewayUnderTest(const std::string& config_body, const std::st
     if (!wait_for_port(mock_port_)) throw std::runtime_error("mock upstream did not start");
     std::vector<std::string> command = launcher;
     for (std::string a : {TOKENGATE_BINARY, "serve", "-c"}) command.push_back(a);
-    command.push_back(dir_ + "/gateway.yaml");
-    gateway_.emplace(command, dir_ + "/gateway.log");
+    command.push_back(dir_.path() + "/gateway.yaml");
+    gateway_.emplace(command, dir_.path() + "/gateway.log");
     for (auto deadline = clock_type::now() + 10s; !wait_for_port(port_, 100ms);) {
         if (gateway_->wait(1ms) != -1 || clock_type::now() > deadline)
             throw std::runtime_error("gateway did not start: " + log());
@@ -337,7 +344,7 @@ const char* k_redis_server = "/usr/bin/redis-server";
 
 bool RedisServer::available() { return ::access(k_redis_server, X_OK) == 0; }
 
-RedisServer::RedisServer(std::vector<std::string> extra) : dir_(temp_dir()), port_(free_port()), extra_(std::move(extra)) {
+RedisServer::RedisServer(std::vector<std::string> extra) : port_(free_port()), extra_(std::move(extra)) {
     start();
 }
 
@@ -347,10 +354,10 @@ RedisServer::~RedisServer() {
 
 void RedisServer::start() {
     std::vector<std::string> args{k_redis_server, "--port", std::to_string(port_), "--bind", "127.0.0.1",
-                                  "--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", dir_};
+                                  "--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", dir_.path()};
     args.insert(args.end(), extra_.begin(), extra_.end());
-    process_.emplace(args, dir_ + "/redis.log");
-    if (!wait_for_port(port_)) throw std::runtime_error("redis-server did not start: " + read_file(dir_ + "/redis.log"));
+    process_.emplace(args, dir_.path() + "/redis.log");
+    if (!wait_for_port(port_)) throw std::runtime_error("redis-server did not start: " + read_file(dir_.path() + "/redis.log"));
 }
 
 void RedisServer::kill() {
@@ -395,9 +402,9 @@ bool GatewayUnderTest::wait_settled(double admitted, std::chrono::milliseconds t
 }
 
 void GatewayUnderTest::rewrite_config(const std::string& config_body) const {
-    std::string tmp = dir_ + "/gateway.yaml.tmp";
+    std::string tmp = dir_.path() + "/gateway.yaml.tmp";
     std::ofstream(tmp) << config_head_ << config_body;
-    std::rename(tmp.c_str(), (dir_ + "/gateway.yaml").c_str());
+    std::rename(tmp.c_str(), (dir_.path() + "/gateway.yaml").c_str());
 }
 
 Response GatewayUnderTest::admin(Request r) const {

@@ -32,7 +32,19 @@ private:
 unsigned short free_port();
 bool wait_for_port(unsigned short port, std::chrono::milliseconds timeout = std::chrono::seconds(10));
 std::string read_file(const std::string& path);
-std::string temp_dir();
+/// A directory of the test's own under /tmp, removed with it, so repeated runs do not fill
+/// /tmp (TOKENGATE_KEEP_TEST_DIRS=1 keeps it for a post-mortem).
+class TempDir {
+public:
+    TempDir();
+    ~TempDir();
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+    const std::string& path() const { return path_; }
+
+private:
+    std::string path_;
+};
 
 struct Response {
     int status = 0;
@@ -115,7 +127,7 @@ public:
     std::string commands(const std::vector<std::vector<std::string>>& list) const;
 
 private:
-    std::string dir_;
+    TempDir dir_;  // declared first: removed only after the process has stopped
     unsigned short port_;
     std::vector<std::string> extra_;
     std::optional<Process> process_;
@@ -144,15 +156,15 @@ public:
     bool wait_settled(double admitted, std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
     /// Rewrites the config file (same listeners) for reload tests.
     void rewrite_config(const std::string& config_body) const;
-    std::string log() const { return read_file(dir_ + "/gateway.log"); }
+    std::string log() const { return read_file(dir_.path() + "/gateway.log"); }
     /// The access log is written asynchronously: waits until `text` appears in it.
     bool log_contains(const std::string& text, std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
     Process& gateway() { return *gateway_; }
-    const std::string& dir() const { return dir_; }
+    const std::string& dir() const { return dir_.path(); }
     Response request(const Request& r) const { return send_request(port_, r); }
 
 private:
-    std::string dir_;
+    TempDir dir_;  // declared first: removed only after the processes have stopped
     unsigned short port_ = 0;
     unsigned short mock_port_ = 0;
     unsigned short admin_port_ = 0;
