@@ -9,6 +9,7 @@
 #             with the body's cost estimated, access log on (as nginx's)
 #   tokengate-429  the same with a low tenant limit
 # Then SSE time to first byte (bench/ttfb.py): the mock alone, through nginx, through tokengate.
+# Each row also gives the proxy's CPU per request (per stream for SSE), user and system.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-8}
@@ -99,8 +100,19 @@ start_tokengate() {  # name workers tenant_capacity target
 run_wrk() {  # port conns stream
   BENCH_STREAM=$3 wrk -t2 -c"$2" -d"${secs}s" --latency -s bench/wrk-chat.lua "http://127.0.0.1:$1" 2>&1 | grep '^RESULT' || echo "RESULT 0 0 0 0 0 0"
 }
+# CPU time (user, system; clock ticks) of the proxy's processes: where a gap comes from.
+cpu_ticks() { local u=0 k=0 a b p; for p in "$@"; do read -r a b < <(awk '{print $14, $15}' "/proc/$p/stat"); u=$((u + a)); k=$((k + b)); done; echo "$u $k"; }
+tick_us=$((1000000 / $(getconf CLK_TCK)))
+measure() {  # port conns stream pids... -> req/s p50 p99 non-2xx user-us/req sys-us/req
+  local port=$1 conns=$2 stream=$3 u0 k0 u1 k1 rps p50 p99 bad n; shift 3
+  read -r u0 k0 < <(cpu_ticks "$@")
+  read -r _ rps p50 p99 bad n _ < <(run_wrk "$port" "$conns" "$stream")
+  read -r u1 k1 < <(cpu_ticks "$@")
+  python3 -c "n=max($n,1); print($rps, $p50, $p99, $bad, f'{($u1-$u0)*$tick_us/n:.1f}', f'{($k1-$k0)*$tick_us/n:.1f}')"
+}
 
-printf '%-15s %3s %5s %10s %9s %9s %8s %9s %9s\n' config workers conns "req/s" "p50 ms" "p99 ms" non-2xx "x nginx" "p99 x"
+row='%-15s %3s %5s %10s %9s %9s %8s %9s %9s %8s %8s\n'
+printf "$row" config workers conns "req/s" "p50 ms" "p99 ms" non-2xx "x nginx" "p99 x" "user us" "sys us"
 for workers in 1 2; do
   for scenario in json 429 sse; do
     target=$static_port; stream=0; ng_rate="1000000r/s"; tg_cap=1000000
@@ -109,12 +121,15 @@ for workers in 1 2; do
     read -r ng_port ng_pid < <(start_nginx "nginx-$scenario-$workers" "$workers" "$ng_rate" "$target")
     read -r tg_port tg_pid < <(start_tokengate "tg-$scenario-$workers" "$workers" "$tg_cap" "$target")
     wait_port "$ng_port"; wait_port "$tg_port"
+    for _ in $(seq 40); do  # nginx's workers are forked just after it listens
+      mapfile -t ng_workers < <(pgrep -P "$ng_pid"); [ "${#ng_workers[@]}" -ge "$workers" ] && break; sleep 0.05
+    done
     for conns in 64 256; do
-      read -r _ n_rps n_p50 n_p99 n_bad _ _ < <(run_wrk "$ng_port" "$conns" "$stream")
-      read -r _ t_rps t_p50 t_p99 t_bad _ _ < <(run_wrk "$tg_port" "$conns" "$stream")
+      read -r n_rps n_p50 n_p99 n_bad n_user n_sys < <(measure "$ng_port" "$conns" "$stream" "${ng_workers[@]}")
+      read -r t_rps t_p50 t_p99 t_bad t_user t_sys < <(measure "$tg_port" "$conns" "$stream" "$tg_pid")
       ratio=$(python3 -c "print(f'{$t_rps/max($n_rps,1):.2f}')"); p99r=$(python3 -c "print(f'{$t_p99/max($n_p99,0.001):.2f}')")
-      printf '%-15s %3s %5s %10s %9s %9s %8s %9s %9s\n' "nginx-$scenario" "$workers" "$conns" "$n_rps" "$n_p50" "$n_p99" "$n_bad" "1.00" "1.00"
-      printf '%-15s %3s %5s %10s %9s %9s %8s %9s %9s\n' "tokengate-$scenario" "$workers" "$conns" "$t_rps" "$t_p50" "$t_p99" "$t_bad" "$ratio" "$p99r"
+      printf "$row" "nginx-$scenario" "$workers" "$conns" "$n_rps" "$n_p50" "$n_p99" "$n_bad" "1.00" "1.00" "$n_user" "$n_sys"
+      printf "$row" "tokengate-$scenario" "$workers" "$conns" "$t_rps" "$t_p50" "$t_p99" "$t_bad" "$ratio" "$p99r" "$t_user" "$t_sys"
     done
     if [ "$scenario" = sse ]; then  # time to first byte, one stream at a time, after the load
       python3 bench/ttfb.py --upstream "$mock_port" --proxy "nginx=$ng_port" --proxy "tokengate=$tg_port" \
