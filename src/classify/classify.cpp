@@ -49,6 +49,8 @@ std::vector<limiter::Charge> applicable_limits(const config::GatewayConfig& conf
                                                const RequestFacts& facts) {
     std::vector<limiter::Charge> out;
     const auto& tenant = config.tenants[facts.tenant];
+    out.reserve(tenant.limits.size() + config.ip_limits.size() + config.routes[facts.route].limits.size() +
+                config.global_limits.size());
     RequestFacts with_tenant = facts;
     with_tenant.tenant_id = tenant.id;
     const auto& f = with_tenant;

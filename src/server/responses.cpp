@@ -6,12 +6,14 @@
 namespace tokengate::server {
 
 std::string error_body(std::string_view message, std::string_view type, std::string_view code) {
-    std::string inner;
-    core::JsonObjectWriter e(inner);
+    // Written straight into one buffer sized for it: a 429 builds one per rejected request.
+    std::string out;
+    out.reserve(64 + message.size() + type.size() + code.size());
+    out.append("{\"error\":");
+    core::JsonObjectWriter e(out);
     e.string("message", message).string("type", type).null("param").string("code", code);
     e.close();
-    std::string out;
-    core::JsonObjectWriter(out).raw("error", inner).close();
+    out.push_back('}');
     return out;
 }
 

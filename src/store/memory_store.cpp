@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <boost/container/small_vector.hpp>
+
 namespace tokengate::store {
 
 using config::Algorithm;
@@ -73,10 +75,11 @@ void MemoryStore::settle(std::span<const Charge> charged, double actual_cost, st
 }
 
 Decision MemoryStore::decide(std::span<const Charge> charges) {
-    // Lock every shard involved, in index order, for the whole check-then-charge.
-    std::vector<std::size_t> ids(charges.size());
+    // Lock every shard involved, in index order, for the whole check-then-charge. (A request
+    // has a handful of charges: these stay on the stack.)
+    boost::container::small_vector<std::size_t, 8> ids(charges.size());
     for (std::size_t i = 0; i < charges.size(); ++i) ids[i] = shard_of(charges[i].key);
-    std::vector<std::size_t> order = ids;
+    boost::container::small_vector<std::size_t, 8> order = ids;
     std::sort(order.begin(), order.end());
     order.erase(std::unique(order.begin(), order.end()), order.end());
     for (auto id : order) shards_[id].mutex.lock();
@@ -84,7 +87,7 @@ Decision MemoryStore::decide(std::span<const Charge> charges) {
     auto now = clock_.now();
     Decision decision;
     decision.statuses.resize(charges.size());
-    std::vector<Bucket*> buckets(charges.size());
+    boost::container::small_vector<Bucket*, 8> buckets(charges.size());
     for (std::size_t i = 0; i < charges.size(); ++i) {
         const auto& c = charges[i];
         buckets[i] = &find_or_create(shards_[ids[i]], c, now);
