@@ -112,6 +112,15 @@ bool wait_for_port(unsigned short port, std::chrono::milliseconds timeout) {
     return false;
 }
 
+bool wait_for_output(Process& process, const std::string& path, const std::string& text,
+                     std::chrono::milliseconds timeout) {
+    for (auto deadline = clock_type::now() + timeout; clock_type::now() < deadline;) {
+        if (read_file(path).find(text) != std::string::npos) return true;
+        if (process.wait(20ms) != -1) return read_file(path).find(text) != std::string::npos;
+    }
+    return false;
+}
+
 std::string read_file(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     std::ostringstream s;
@@ -308,15 +317,16 @@ GatewayUnderTest::GatewayUnderTest(const std::string& config_body, const std::st
     replace_all(config_head_, "{UPSTREAM}", "http://127.0.0.1:" + std::to_string(mock_port_));
     replace_all(config_head_, "{DEAD}", dead);
     rewrite_config(config_body);
-    if (!wait_for_port(mock_port_)) throw std::runtime_error("mock upstream did not start");
+    // Each waits for its own "listening on <port>" line, not just an open port: a port taken
+    // from free_port() may meanwhile have gone to another test's process.
+    if (!wait_for_output(*mock_, dir_.path() + "/mock.log", "listening on 127.0.0.1:" + std::to_string(mock_port_) + " "))
+        throw std::runtime_error("mock upstream did not start: " + read_file(dir_.path() + "/mock.log"));
     std::vector<std::string> command = launcher;
     for (std::string a : {TOKENGATE_BINARY, "serve", "-c"}) command.push_back(a);
     command.push_back(dir_.path() + "/gateway.yaml");
     gateway_.emplace(command, dir_.path() + "/gateway.log");
-    for (auto deadline = clock_type::now() + 10s; !wait_for_port(port_, 100ms);) {
-        if (gateway_->wait(1ms) != -1 || clock_type::now() > deadline)
-            throw std::runtime_error("gateway did not start: " + log());
-    }
+    if (!wait_for_output(*gateway_, dir_.path() + "/gateway.log", "tokengate listening on 127.0.0.1:" + std::to_string(port_) + "\n"))
+        throw std::runtime_error("gateway did not start: " + log());
 }
 
 bool GatewayUnderTest::log_contains(const std::string& text, std::chrono::milliseconds timeout) const {
@@ -357,7 +367,9 @@ void RedisServer::start() {
                                   "--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", dir_.path()};
     args.insert(args.end(), extra_.begin(), extra_.end());
     process_.emplace(args, dir_.path() + "/redis.log");
-    if (!wait_for_port(port_)) throw std::runtime_error("redis-server did not start: " + read_file(dir_.path() + "/redis.log"));
+    // Printed only once it listens (a port another process took makes it exit instead).
+    if (!wait_for_output(*process_, dir_.path() + "/redis.log", "Ready to accept connections") || !wait_for_port(port_))
+        throw std::runtime_error("redis-server did not start: " + read_file(dir_.path() + "/redis.log"));
 }
 
 void RedisServer::kill() {

@@ -32,6 +32,10 @@ private:
 unsigned short free_port();
 bool wait_for_port(unsigned short port, std::chrono::milliseconds timeout = std::chrono::seconds(10));
 std::string read_file(const std::string& path);
+/// Waits until `process` has written `text` to its output file; false if it exited first or
+/// `timeout` passed.
+bool wait_for_output(Process& process, const std::string& path, const std::string& text,
+                     std::chrono::milliseconds timeout = std::chrono::seconds(10));
 /// A directory of the test's own under /tmp, removed with it, so repeated runs do not fill
 /// /tmp (TOKENGATE_KEEP_TEST_DIRS=1 keeps it for a post-mortem).
 class TempDir {
