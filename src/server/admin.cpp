@@ -33,8 +33,7 @@ Response json_response(http::status status, const json& body) {
 }
 
 Response admin_error(http::status status, std::string_view code, std::string_view message) {
-    return error_response(status, status == http::status::unauthorized ? "invalid_request_error" : "invalid_request_error",
-                          code, message, 11, true);
+    return error_response(status, "invalid_request_error", code, message, 11, true);
 }
 
 bool authorized(const http::request<http::string_body>& req, const config::GatewayConfig& cfg) {
