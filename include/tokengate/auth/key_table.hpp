@@ -1,5 +1,8 @@
 #pragma once
 
+#include <algorithm>
+#include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -25,7 +28,17 @@ public:
     std::optional<Principal> authenticate(std::string_view key) const;
 
 private:
-    std::unordered_map<std::string, std::size_t> tenant_by_digest_;
+    /// A digest is already uniform: its first bytes are its hash. Found by string_view, so a
+    /// lookup builds no string. (The table is fixed by the config: no flooding to fear.)
+    struct DigestHash {
+        using is_transparent = void;
+        std::size_t operator()(std::string_view digest) const {
+            std::size_t h = 0;
+            std::memcpy(&h, digest.data(), std::min(sizeof h, digest.size()));
+            return h;
+        }
+    };
+    std::unordered_map<std::string, std::size_t, DigestHash, std::equal_to<>> tenant_by_digest_;
 };
 
 }  // namespace tokengate::auth
