@@ -1,5 +1,6 @@
 // The SSE usage extractor and the JSON usage reader on arbitrary upstream bytes, split at
-// arbitrary points: no crash, and with hiding off the bytes pass through unchanged.
+// arbitrary points: no crash; with hiding off the bytes pass through unchanged; with hiding
+// on, the output does not depend on where the stream was split.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -13,16 +14,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::string_view stream(reinterpret_cast<const char*>(data + 1), size - 1);
     tokengate::cost::SseUsageFilter hiding(true, 4096), passing(false, 4096);
     tokengate::cost::JsonUsageReader json;
-    std::string passed;
+    std::string passed, hidden;
     for (std::size_t i = 0; i < stream.size(); i += piece) {
         auto chunk = stream.substr(i, piece);
         bool last = i + piece >= stream.size();
-        (void)hiding.feed(chunk, last);
+        hidden += hiding.feed(chunk, last);
         passed += passing.feed(chunk, last);
         json.feed(chunk);
     }
     if (stream.empty()) passed += passing.feed({}, true);
     (void)json.finish();
     if (passed != stream) std::abort();
+    // Below the event cap nothing is flushed unparsed, so splitting must not change the result.
+    if (stream.size() <= 4096) {
+        tokengate::cost::SseUsageFilter whole(true, 4096);
+        if (whole.feed(stream, true) != hidden) std::abort();
+    }
     return 0;
 }
