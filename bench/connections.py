@@ -5,7 +5,7 @@
 Prints the gateway's RSS before and with the connections held, and the cost per connection.
     python3 bench/connections.py [--idle 10000] [--streams 5000] [--binary build/release/tokengate]
 """
-import argparse, json, os, selectors, socket, subprocess, sys, tempfile, time
+import argparse, json, os, selectors, shutil, socket, subprocess, sys, tempfile, time
 
 def free_port():
     s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
@@ -92,6 +92,7 @@ log: {{ access: off }}
         for s in streams: s.close()
     finally:
         g.terminate(); m.terminate(); g.wait(); m.wait()
+        shutil.rmtree(work, ignore_errors=True)
 
 if __name__ == "__main__":
     main()

@@ -5,10 +5,11 @@ scripts/setup.sh release nginx-light wrk "${@:2}" > /dev/null
 bin=$PWD/build/release/tokengate
 work=$(mktemp -d "/tmp/$1-XXXXXX")
 pids=()
-# Access logs of a full run reach gigabytes: dropped at exit unless BENCH_KEEP=1.
+# A full run's logs reach gigabytes (access logs, nginx's line per rejection): the work dir
+# goes at exit unless BENCH_KEEP=1.
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true
-  [ "${BENCH_KEEP:-}" = 1 ] || find "$work" -name access.log -delete 2>/dev/null || true
+  [ "${BENCH_KEEP:-}" = 1 ] || rm -rf "$work"
 }
 trap cleanup EXIT
 ulimit -n 65536 || true

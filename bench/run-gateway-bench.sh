@@ -139,4 +139,4 @@ for workers in 1 2; do
   done
 done
 for workers in 1 2; do echo; echo "SSE time to first byte, $workers worker(s):"; cat "$work/ttfb-$workers.txt"; done
-echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB; $(date -u +%Y-%m-%d); wrk -t2, ${secs}s per run; logs in $work"
+echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB; $(date -u +%Y-%m-%d); wrk -t2, ${secs}s per run; logs in $work with BENCH_KEEP=1"

@@ -7,7 +7,7 @@ and the gateway's RSS flat after warm-up.
     python3 scripts/soak.py [--seconds 180] [--binary build/release/tokengate]
 Exit 0 when every check holds. Traffic goes to 127.0.0.1 only.
 """
-import argparse, json, os, random, re, socket, subprocess, sys, tempfile, threading, time
+import argparse, json, os, random, re, shutil, socket, subprocess, sys, tempfile, threading, time
 
 def free_port():
     s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
@@ -72,6 +72,7 @@ log: {{ access: {work}/access.log, level: warn }}
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     gw = subprocess.Popen([args.binary, "serve", "-c", f"{work}/gateway.yaml"], env=env,
                           stdout=subprocess.DEVNULL, stderr=open(f"{work}/gateway.err", "w"))
+    passed = False
     try:
         wait_port(mock_port); wait_port(gw_port)
         stop = time.time() + args.seconds
@@ -140,6 +141,8 @@ log: {{ access: {work}/access.log, level: warn }}
         print(f"gateway RSS (s, KiB): {samples}")
         for f in failures: print("FAIL:", f)
         print(f"soak: {'1 passed, 0 failed' if not failures else '0 passed, 1 failed'}")
+        if failures: print(f"logs kept in {work}")
+        passed = not failures
         return 1 if failures else 0
     finally:
         gw.terminate(); mock.terminate()
@@ -147,6 +150,8 @@ log: {{ access: {work}/access.log, level: warn }}
             print(f"gateway exit code after SIGTERM: {gw.wait(timeout=40)}")
         except subprocess.TimeoutExpired:
             gw.kill(); print("FAIL: the gateway did not drain within 40 s"); return 1
+        mock.wait()
+        if passed: shutil.rmtree(work, ignore_errors=True)
 
 if __name__ == "__main__":
     sys.exit(main())
