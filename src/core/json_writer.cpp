@@ -105,10 +105,5 @@ JsonObjectWriter& JsonObjectWriter::null(std::string_view k) {
     return *this;
 }
 
-JsonObjectWriter& JsonObjectWriter::raw(std::string_view k, std::string_view json) {
-    key(k);
-    out_.append(json);
-    return *this;
-}
 
 }  // namespace tokengate::core

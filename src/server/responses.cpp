@@ -9,11 +9,11 @@ std::string error_body(std::string_view message, std::string_view type, std::str
     // Written straight into one buffer sized for it: a 429 builds one per rejected request.
     std::string out;
     out.reserve(64 + message.size() + type.size() + code.size());
-    out.append("{\"error\":");
-    core::JsonObjectWriter e(out);
-    e.string("message", message).string("type", type).null("param").string("code", code);
-    e.close();
-    out.push_back('}');
+    core::JsonObjectWriter body(out);
+    auto error = body.object("error");
+    error.string("message", message).string("type", type).null("param").string("code", code);
+    error.close();
+    body.close();
     return out;
 }
 

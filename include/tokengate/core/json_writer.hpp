@@ -14,8 +14,8 @@ void append_json_string(std::string& out, std::string_view text);
 /// whole doubles ("11.0"), so log consumers see one stable format.
 void append_json_number(std::string& out, double value);
 
-/// Builds one flat JSON object without a DOM: the access log and error bodies are on the hot
-/// path, where building and serialising a tree cost more than the rest of a 429.
+/// Builds a JSON object without a DOM: the access log and error bodies are on the hot path,
+/// where building and serialising a tree cost more than the rest of a 429.
 class JsonObjectWriter {
 public:
     explicit JsonObjectWriter(std::string& out) : out_(out) { out_.push_back('{'); }
@@ -23,8 +23,12 @@ public:
     JsonObjectWriter& number(std::string_view key, double value);
     JsonObjectWriter& integer(std::string_view key, std::uint64_t value);
     JsonObjectWriter& null(std::string_view key);
-    /// A value that is already JSON (a nested object).
-    JsonObjectWriter& raw(std::string_view key, std::string_view json);
+    /// A nested object under `key`, written in place: fill it and close() it before this
+    /// object's next member.
+    JsonObjectWriter object(std::string_view k) {
+        key(k);
+        return JsonObjectWriter(out_);
+    }
     void close() { out_.push_back('}'); }
 
 private:

@@ -21,5 +21,16 @@ TEST(JsonWriter, EscapesAndStaysValidJson) {
     EXPECT_TRUE(parsed["ttfb"].is_null());
 }
 
+TEST(JsonWriter, NestsAnObjectInPlace) {
+    std::string out;
+    JsonObjectWriter w(out);
+    auto error = w.object("error");
+    error.string("code", "x").null("param");
+    error.close();
+    w.integer("n", 1);
+    w.close();
+    EXPECT_EQ(out, R"({"error":{"code":"x","param":null},"n":1})");
+}
+
 }  // namespace
 }  // namespace tokengate::core
