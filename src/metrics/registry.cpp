@@ -116,6 +116,12 @@ private:
 
 }  // namespace
 
+/// An update brings a cleared series back; the store is skipped when it is already shown, so
+/// the line stays shared between the workers' caches.
+void Family::show(Series& s) {
+    if (!s.visible.load(std::memory_order_relaxed)) s.visible.store(true, std::memory_order_relaxed);
+}
+
 Family::Series& Family::series(std::initializer_list<std::string_view> labels) {
     thread_local SeriesCache cache;
     auto key = join(id_, labels);
@@ -148,13 +154,13 @@ Family::Series& Family::find_or_create(std::string_view key, std::initializer_li
 void Family::add(std::initializer_list<std::string_view> labels, double value) {
     auto& s = series(labels);
     s.value.fetch_add(value, std::memory_order_relaxed);
-    if (!s.visible.load(std::memory_order_relaxed)) s.visible.store(true, std::memory_order_relaxed);
+    show(s);
 }
 
 void Family::set(std::initializer_list<std::string_view> labels, double value) {
     auto& s = series(labels);
     s.value.store(value, std::memory_order_relaxed);
-    if (!s.visible.load(std::memory_order_relaxed)) s.visible.store(true, std::memory_order_relaxed);
+    show(s);
 }
 
 void Family::observe(std::initializer_list<std::string_view> labels, double value) {
@@ -164,7 +170,7 @@ void Family::observe(std::initializer_list<std::string_view> labels, double valu
         s.bucket_counts[bucket].fetch_add(1, std::memory_order_relaxed);
     s.sum.fetch_add(value, std::memory_order_relaxed);
     s.count.fetch_add(1, std::memory_order_relaxed);
-    if (!s.visible.load(std::memory_order_relaxed)) s.visible.store(true, std::memory_order_relaxed);
+    show(s);
 }
 
 void Family::clear() {

@@ -46,6 +46,7 @@ private:
         std::atomic<bool> visible{true};
     };
     Series& series(std::initializer_list<std::string_view> labels);
+    static void show(Series& s);
     Series& find_or_create(std::string_view key, std::initializer_list<std::string_view> labels);
 
     std::uint64_t id_;  // names this family in the per-thread caches; never reused
