@@ -67,6 +67,12 @@ bool glob_match(std::string_view pattern, std::string_view text) {
 
 namespace {
 
+// The limiter's range (rate_bucket.hpp): 128-bit nanoseconds hold 2·C/R for all of it, and
+// 1e15 units stay exact to an eighth of a unit in a double.
+constexpr double k_max_capacity = 1e15;
+constexpr double k_min_rate = 1e-9;  // one per 31 years
+constexpr double k_max_rate = 1e12;
+
 using Keys = std::initializer_list<std::string_view>;
 
 /// Walks the YAML tree; every error throws ConfigError at the offending node's position.
@@ -465,12 +471,14 @@ struct Loader {
         }
         double min_cost = l.unit == Unit::cost ? min_request_cost() : 1.0;
         auto check_room = [&](const YAML::Node& at, double value, std::string_view what) {
-            if (value < min_cost) {
-                std::ostringstream msg;
+            std::ostringstream msg;
+            if (value < min_cost)
                 msg << "limit '" << l.name << "': " << what << " " << value
                     << " is below one request's minimum cost " << min_cost;
-                r.fail(at, msg.str());
-            }
+            else if (value > k_max_capacity)
+                msg << "limit '" << l.name << "': " << what << " " << value << " is above the largest supported, "
+                    << k_max_capacity;
+            if (!msg.str().empty()) r.fail(at, msg.str());
         };
         auto reject_key = [&](std::string_view key, std::string_view why) {
             if (n[std::string(key)]) r.fail(n[std::string(key)], "limit '" + l.name + "': '" +
@@ -489,6 +497,12 @@ struct Loader {
             l.capacity = r.positive(n["capacity"], "capacity");
             check_room(n["capacity"], l.capacity, "capacity");
             l.rate_per_s = r.rate(n["rate"], "rate");
+            if (l.rate_per_s < k_min_rate || l.rate_per_s > k_max_rate) {
+                std::ostringstream msg;
+                msg << "limit '" << l.name << "': rate " << l.rate_per_s << "/s is outside the supported range "
+                    << k_min_rate << "/s to " << k_max_rate << "/s";
+                r.fail(n["rate"], msg.str());
+            }
             reject_key("max", "applies only to concurrency limits");
         }
         if (l.algorithm == Algorithm::token_bucket) {

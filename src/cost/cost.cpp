@@ -161,7 +161,9 @@ double request_cost(const config::CostConfig& c, double factor, std::uint64_t in
     auto round = [&](double x) { return c.rounding == config::Rounding::ceil ? std::ceil(x) : std::floor(x); };
     double in = std::max(c.input_min, round(static_cast<double>(input_tokens) / c.input_per));
     double out = std::max(c.output_min, round(static_cast<double>(output_tokens) / c.output_per));
-    return (in + out) * factor + (stream ? c.stream_surcharge : 0.0);
+    // Token counts come from clients (max_tokens: 2^64-1) and upstreams: past every limit's
+    // capacity (at most 1e15) a cost only needs to stay finite to be refused as never.
+    return std::min((in + out) * factor + (stream ? c.stream_surcharge : 0.0), k_max_cost);
 }
 
 ParsedBody parse_request_body(std::string_view body, const config::CostConfig& cost, const BpeTokenizer* tokenizer) {

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <optional>
 
+#include "tokengate/core/saturate.hpp"
+
 namespace tokengate::limiter {
 
 using config::Algorithm;
@@ -20,7 +22,7 @@ double ratio(const LimitStatus& s) {
 }
 
 std::string remaining_text(const LimitStatus& s) {
-    return std::to_string(static_cast<long long>(std::floor(std::max(0.0, s.verdict.remaining))));
+    return std::to_string(core::saturate_to_int64(std::floor(std::max(0.0, s.verdict.remaining))));
 }
 
 bool is_rate(const LimitStatus& s) { return s.spec->algorithm != Algorithm::concurrency; }
@@ -58,8 +60,14 @@ void add_openai_set(std::vector<HeaderField>& out, const Decision& d, Unit unit,
 }  // namespace
 
 std::string format_number(double value) {
+    char buf[352];  // DBL_MAX in %.0f is 309 digits
+    if (!std::isfinite(value)) return value > 0 ? "inf" : value < 0 ? "-inf" : "nan";
+    // Past 2^53 every double is a whole number, and past 2^62 llround would be out of range.
+    if (std::fabs(value) >= 1e15) {
+        std::snprintf(buf, sizeof buf, "%.0f", value);
+        return buf;
+    }
     if (std::fabs(value - std::round(value)) < 1e-9) return std::to_string(std::llround(value));
-    char buf[32];
     std::snprintf(buf, sizeof buf, "%.3f", value);
     std::string s = buf;
     while (s.back() == '0') s.pop_back();
@@ -103,7 +111,8 @@ std::vector<HeaderField> rate_limit_headers(const Decision& d, Nanos unix_now) {
         out.push_back({"X-RateLimit-Reset", std::to_string(ceil_seconds(unix_now + s.verdict.until_full))});
         std::string policy = "\"" + name + "\";q=" + limit;
         if (is_rate(s))
-            policy += ";w=" + std::to_string(static_cast<long long>(std::ceil(s.spec->capacity / s.spec->rate_per_s)));
+            policy += ";w=" + std::to_string(core::saturate_to_int64(std::ceil(s.spec->capacity / s.spec->rate_per_s),
+                                                                      core::k_forever / k_nanos_per_second));
         out.push_back({"RateLimit-Policy", policy});
         out.push_back({"RateLimit", "\"" + name + "\";r=" + remaining + ";t=" +
                                         std::to_string(ceil_seconds(s.verdict.until_full))});

@@ -3,10 +3,18 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tokengate/core/saturate.hpp"
+
 namespace tokengate::limiter {
 
 using core::k_nanos_per_second;
 using core::Nanos;
+
+namespace {
+// A slot or a wait is at most 2^60 ns (36 years): a whole schedule, the sum of its waiting
+// requests' slots after the last start, then stays below 2^62 and clear of int64 overflow.
+constexpr Nanos k_longest = Nanos{1} << 60;
+}  // namespace
 
 ShapeQueue::ShapeQueue(const config::LimitSpec& spec) { reconfigure(spec); }
 
@@ -16,12 +24,13 @@ void ShapeQueue::reconfigure(const config::LimitSpec& spec) {
     by_cost_ = spec.unit == config::Unit::cost;
     fair_ = spec.fair;
     // Without max_wait, a request may wait as long as a full queue of single units takes.
-    max_wait_ = spec.max_wait > 0 ? spec.max_wait : core::seconds_to_nanos(capacity_ / rate_per_s_);
+    double wait_s = spec.max_wait > 0 ? static_cast<double>(spec.max_wait) / 1e9 : capacity_ / rate_per_s_;
+    max_wait_ = core::saturate_to_int64(wait_s * static_cast<double>(k_nanos_per_second), k_longest);
 }
 
 Nanos ShapeQueue::interval(double cost) const {
     double units = by_cost_ ? cost : 1.0;
-    return static_cast<Nanos>(std::llround(units * static_cast<double>(k_nanos_per_second) / rate_per_s_));
+    return core::saturate_to_int64(units * static_cast<double>(k_nanos_per_second) / rate_per_s_, k_longest);
 }
 
 void ShapeQueue::push(State& state, std::string_view tenant, Ticket t) const {
@@ -77,7 +86,16 @@ std::vector<ShapeQueue::Slot> ShapeQueue::schedule(Nanos now, std::string_view e
 ShapeQueue::Admission ShapeQueue::check(std::string_view tenant, double cost, Nanos now) const {
     Admission a;
     auto& v = a.verdict;
-    // `capacity` counts waiting requests, so no cost is too large: it only takes longer.
+    // `capacity` counts waiting requests, but with `unit: cost` a request holds cost/R of the
+    // schedule: one whose slot alone is longer than max_wait would hold back everyone after it
+    // past their limit (with a client's 2^64 tokens, for ever), so it can never be admitted.
+    if (by_cost_ && (!(cost >= 0) || interval(cost) > max_wait_)) {
+        v.never = true;
+        v.retry_after = -1;
+        v.remaining = capacity_ - static_cast<double>(waiting_);
+        v.until_full = std::max<Nanos>(0, std::max(now, next_free_) - now);
+        return a;
+    }
     if (waiting_ == 0 && next_free_ <= now) {
         v.admitted = true;
         v.remaining = capacity_;

@@ -10,8 +10,10 @@ namespace tokengate::redis {
 namespace {
 
 // Times are microseconds (Redis TIME), kept as doubles: epoch microseconds fit a double's
-// 53-bit mantissa exactly. Verdicts go back as integers (Redis truncates Lua numbers):
-// remaining in millionths of a unit, durations in nanoseconds. The arithmetic mirrors limiter::RateBucket (GCRA), ConcurrencyGauge
+// 53-bit mantissa exactly. Verdicts go back as integers (Redis truncates Lua numbers, and a
+// number past int64 comes back as garbage, so durations saturate at 2^62 ns as in
+// core::k_forever): durations in nanoseconds, remaining as a %.17g string (1e15 units in
+// millionths would not fit). The arithmetic mirrors limiter::RateBucket (GCRA), ConcurrencyGauge
 // and ShapeQueue (FIFO), so a shared store admits exactly what one process would.
 constexpr std::string_view k_script = R"lua(
 local op = ARGV[1]
@@ -24,6 +26,9 @@ else
 end
 local EPS = 1e-3
 local function num(x) return string.format('%.17g', x) end
+-- A TTL as Redis wants it: an integer string (tostring would write 1e+15), at most ~31 years;
+-- a key that outlives that is a bucket nobody has touched since.
+local function ms(x) return string.format('%d', math.max(1, math.min(math.ceil(x), 1e12))) end
 
 -- A rate bucket's state is "tat capacity rate" (the latter two as the gateway spelled them,
 -- so an unchanged limit is recognised without parsing); it expires once full again.
@@ -45,7 +50,7 @@ local function save_rate(key, tat, cap_s, rate_s)
   if ttl <= 0 then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, string.format('%.17g', tat) .. ' ' .. cap_s .. ' ' .. rate_s, 'PX', ttl + 1000)
+    redis.call('SET', key, string.format('%.17g', tat) .. ' ' .. cap_s .. ' ' .. rate_s, 'PX', ms(ttl + 1000))
   end
 end
 -- Concurrency: a sorted set of leases ("<request>|<amount>") scored by expiry.
@@ -62,7 +67,7 @@ if op == 'heartbeat' then
   local ttl = tonumber(ARGV[4])
   redis.call('ZADD', KEYS[1], now + ttl * 1000, ARGV[3])
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-  redis.call('PEXPIRE', KEYS[1], math.ceil(ttl * 2))
+  redis.call('PEXPIRE', KEYS[1], ms(ttl * 2))
   return redis.call('ZCARD', KEYS[1])
 end
 
@@ -80,7 +85,7 @@ if op == 'settle' then
       if delta >= 0 then
         tat = math.min(tat + delta * 1e6 / rate, now + 2 * cap * 1e6 / rate)
       else
-        tat = tat - (-delta) * 1e6 / rate
+        tat = math.max(tat - (-delta) * 1e6 / rate, now)
       end
       save_rate(key, tat, cap_s, rate_s)
     end
@@ -90,8 +95,13 @@ end
 
 -- decide / peek: every limit is checked first; only if every enforced one admits is any charged.
 local lease, lease_ms = ARGV[3], tonumber(ARGV[4])
-local function int(x) return math.floor(x + 0.5) end
-local out = {int(now), 1}
+local FOREVER = 4611686018427387904
+local function dur(x)
+  x = math.floor(x * 1000 + 0.5)
+  if x ~= x or x > FOREVER then return FOREVER elseif x < -FOREVER then return -FOREVER end
+  return x
+end
+local out = {math.floor(now + 0.5), 1}
 local state = {}
 local allowed = true
 for i, key in ipairs(KEYS) do
@@ -105,10 +115,14 @@ for i, key in ipairs(KEYS) do
     local tat = load_rate(key, cap_s, rate_s, tonumber(ARGV[b + 5]))
     local tau = cap * 1e6 / rate
     local base = math.max(tat, now)
+    -- Relative to now: at 1e15 units and 1e-3/s, tau is 1e24 us, where (now + tau) - now
+    -- would lose the comparison to rounding.
+    local after = (base - now) + amount * 1e6 / rate
     local new_tat = base + amount * 1e6 / rate
-    admitted = new_tat - now <= tau + EPS
+    -- More than the bucket can ever hold is refused before any time arithmetic, as in memory.
+    admitted = amount <= cap and after <= tau + EPS
     if admitted then
-      until_full = new_tat - now
+      until_full = after
       remaining = cap - until_full * rate / 1e6
     else
       until_full = base - now
@@ -128,7 +142,10 @@ for i, key in ipairs(KEYS) do
     local waiting = redis.call('ZCARD', qkey)
     local max_wait, units = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
     local start = math.max(now, next_free)
-    if waiting == 0 and next_free <= now then
+    if units * 1e6 / rate > max_wait + EPS then
+      -- unit: cost, a slot longer than max_wait: it would hold everyone behind it past theirs.
+      retry, remaining, until_full = -1, cap - waiting, start - now
+    elseif waiting == 0 and next_free <= now then
       admitted, remaining = true, cap
     else
       until_full = start - now
@@ -152,10 +169,10 @@ for i, key in ipairs(KEYS) do
   state[i] = s
   local n = #out
   out[n + 1] = admitted and 1 or 0
-  out[n + 2] = int(remaining * 1e6)
-  out[n + 3] = int(until_full * 1000)
-  out[n + 4] = int(retry * 1000)
-  out[n + 5] = int(wait * 1000)
+  out[n + 2] = num(remaining)
+  out[n + 3] = dur(until_full)
+  out[n + 4] = dur(retry)
+  out[n + 5] = dur(wait)
 end
 if not allowed then out[2] = 0 end
 if op ~= 'decide' or not allowed then return out end
@@ -166,9 +183,9 @@ for i, key in ipairs(KEYS) do
       save_rate(key, s.tat, s.cap_s, s.rate_s)
     elseif s.kind == 'c' then
       redis.call('ZADD', key, now + lease_ms * 1000, lease .. '|' .. ARGV[5 + (i - 1) * 7 + 3])
-      redis.call('PEXPIRE', key, math.ceil(lease_ms))
+      redis.call('PEXPIRE', key, ms(lease_ms))
     else
-      local ttl = math.ceil((s.next_free - now) / 1000) + 1000
+      local ttl = ms((s.next_free - now) / 1000 + 1000)
       redis.call('SET', key, num(s.next_free), 'PX', ttl)
       if s.start > now then
         redis.call('ZADD', s.qkey, s.start, lease .. ':' .. i)
@@ -199,6 +216,14 @@ std::string time_arg(double now_us) { return now_us < 0 ? std::string() : number
 long long integer_of(const Reply& r) {
     if (r.type != Reply::Type::integer) throw std::runtime_error("redis script: expected an integer, got '" + r.str + "'");
     return r.integer;
+}
+
+double number_of(const Reply& r) {
+    double value = 0;
+    auto [p, ec] = std::from_chars(r.str.data(), r.str.data() + r.str.size(), value);
+    if (r.type != Reply::Type::string || ec != std::errc{} || p != r.str.data() + r.str.size())
+        throw std::runtime_error("redis script: expected a number, got '" + r.str + "'");
+    return value;
 }
 
 }  // namespace
@@ -295,7 +320,7 @@ limiter::Decision parse_decision(const Reply& reply, std::span<const limiter::Ch
         s.level = charges[i].level;
         auto& v = s.verdict;
         v.admitted = integer_of(e[0]) != 0;
-        v.remaining = static_cast<double>(integer_of(e[1])) / 1e6;
+        v.remaining = number_of(e[1]);
         v.until_full = integer_of(e[2]);
         v.retry_after = integer_of(e[3]) < 0 ? -1 : integer_of(e[3]);
         v.never = v.retry_after < 0;

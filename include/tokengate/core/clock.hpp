@@ -49,8 +49,4 @@ private:
     Nanos unix_offset_;
 };
 
-inline constexpr Nanos seconds_to_nanos(double s) {
-    return static_cast<Nanos>(s * static_cast<double>(k_nanos_per_second));
-}
-
 }  // namespace tokengate::core

@@ -40,7 +40,10 @@ std::string with_stream_usage(std::string_view body, bool has_stream_options);
 /// Heuristic token count: about one token per CJK character, about four bytes per token else.
 std::uint64_t estimate_tokens(std::string_view text);
 
-/// The cost formula of SPEC §5.
+/// Costs are clamped here: above every limit's capacity, finite for every store.
+inline constexpr double k_max_cost = 1e18;
+
+/// The cost formula of SPEC §5, at most k_max_cost.
 double request_cost(const config::CostConfig& cost, double cost_factor, std::uint64_t input_tokens,
                     std::uint64_t output_tokens, bool stream);
 

@@ -10,15 +10,19 @@ struct Verdict {
     bool admitted = false;
     bool never = false;           // the amount exceeds what the bucket can ever hold
     double remaining = 0;         // units left after admission (or now, when refused)
-    core::Nanos until_full = 0;   // from now until the bucket is full again
-    core::Nanos retry_after = 0;  // refused: from now until this amount could pass
+    core::Nanos until_full = 0;   // from now until the bucket is full again (≤ core::k_forever)
+    core::Nanos retry_after = 0;  // refused: from now until this amount could pass (≤ k_forever)
 };
 
 /// Token bucket and leaky-bucket police meter in one state: GCRA's theoretical arrival time.
 ///
 /// With tau = C/R (time to fill from empty), tokens(now) = C - max(0, tat - now)·R, and a
 /// leaky meter's water is W = C - tokens, so both admit iff tokens >= c (W + c <= C).
-/// Integer nanoseconds keep the arithmetic exact for rates that divide a second.
+/// Integer nanoseconds keep the arithmetic exact for rates that divide a second. They are
+/// 128-bit: tau for 1e15 units at 1e-9/s is 1e33 ns, far past an int64, and an amount is
+/// compared with the capacity as a double before it is ever turned into time, so no client
+/// number can overflow the state (amounts over C are refused as never; settlement is clamped
+/// to the debt floor −C and to a full bucket).
 class RateBucket {
 public:
     RateBucket() = default;
@@ -26,6 +30,7 @@ public:
     RateBucket(const config::LimitSpec& spec, core::Nanos now);
 
     Verdict check(double amount, core::Nanos now) const;
+    /// Charges an amount check() admitted (anything else is clamped to the debt floor).
     void consume(double amount, core::Nanos now);
     /// Settlement: positive charges more (down to a debt of -C), negative refunds (up to C).
     void adjust(double delta, core::Nanos now);
@@ -39,10 +44,14 @@ public:
     double rate_per_s() const { return rate_per_s_; }
 
 private:
-    core::Nanos nanos_for(double amount) const;
+    using Ticks = __int128;
+    /// The time `amount` units take to refill; `amount` must lie within [0, 2C].
+    Ticks ticks_for(double amount) const;
+    /// The debt floor: a bucket at −C is full again after 2·tau.
+    Ticks floor_at(core::Nanos now) const { return now + 2 * tau_; }
 
-    core::Nanos tat_ = 0;
-    core::Nanos tau_ = 0;
+    Ticks tat_ = 0;
+    Ticks tau_ = 0;
     double capacity_ = 0;
     double rate_per_s_ = 0;
 };

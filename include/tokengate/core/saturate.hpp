@@ -1,0 +1,31 @@
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "tokengate/core/clock.hpp"
+
+namespace tokengate::core {
+
+/// The longest duration the limiter reports (about 146 years). A Unix time in nanoseconds plus
+/// this still fits an int64, so headers can add it to the wall clock without overflowing.
+inline constexpr Nanos k_forever = Nanos{1} << 62;
+
+/// double → integer with the value clamped to [-bound, bound] first: a cast of an out-of-range
+/// double is undefined behaviour, and costs, rates and capacities come from clients and YAML.
+/// NaN saturates to `bound` (the "never" side of every comparison it feeds).
+inline std::int64_t saturate_to_int64(double value, std::int64_t bound = k_forever) {
+    double limit = static_cast<double>(bound);
+    if (!(value < limit)) return bound;
+    if (value <= -limit) return -bound;
+    return static_cast<std::int64_t>(std::llround(value));
+}
+
+/// 128-bit narrowing, saturating at ±bound.
+inline std::int64_t narrow_saturated(__int128 value, std::int64_t bound = k_forever) {
+    if (value > bound) return bound;
+    if (value < -bound) return -bound;
+    return static_cast<std::int64_t>(value);
+}
+
+}  // namespace tokengate::core
