@@ -17,6 +17,8 @@ namespace {
 
 constexpr auto k_use = net::as_tuple(net::use_awaitable);
 constexpr std::uint32_t k_upstream_header_limit = 64 * 1024;
+// 103 Early Hints may come more than once; an upstream that sends more than this is broken.
+constexpr int k_max_interim_responses = 8;
 
 std::chrono::nanoseconds ns(core::Nanos n) { return std::chrono::nanoseconds(n); }
 
@@ -63,12 +65,21 @@ net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& heal
         conn->stream.expires_after(ns(cfg.first_byte_timeout));
         std::array<net::const_buffer, 2> request_bytes = {net::buffer(request.head), net::buffer(request.body)};
         auto [wec, written] = co_await net::async_write(conn->stream, request_bytes, k_use);
-        parser.emplace();
-        parser->header_limit(k_upstream_header_limit);
-        parser->body_limit(boost::none);
-        if (client.head_request) parser->skip(true);
         beast::error_code rec = wec;
-        if (!wec) std::tie(rec, std::ignore) = co_await http::async_read_header(conn->stream, conn->buffer, *parser, k_use);
+        // 1xx responses are interim (RFC 9110 §15.2): each is dropped and the final one read,
+        // all under the one first-byte deadline. Relayed as final, a 100 would end this
+        // exchange and leave the real response on the connection for the next request.
+        for (int interim = 0; !rec; ++interim) {
+            parser.emplace();
+            parser->header_limit(k_upstream_header_limit);
+            parser->body_limit(boost::none);
+            if (client.head_request) parser->skip(true);
+            std::tie(rec, std::ignore) = co_await http::async_read_header(conn->stream, conn->buffer, *parser, k_use);
+            auto status = parser->get().result_int();
+            if (rec || status >= 200) break;
+            // 101 would switch protocols, which no request of ours asks for.
+            if (status == 101 || interim == k_max_interim_responses) rec = http::error::bad_status;
+        }
         if (!rec) break;
 
         watch.active = nullptr;

@@ -10,14 +10,15 @@ namespace tokengate::proxy {
 
 namespace {
 constexpr auto k_use = net::as_tuple(net::use_awaitable);
-constexpr auto k_trust_idle_for = std::chrono::seconds(1);
 
-/// An idle connection the upstream already closed reads as EOF without blocking.
-bool peer_closed(TimedStream& stream) {
+/// An idle connection must have nothing to read. EOF means the upstream closed it; a byte
+/// means the upstream sent something no request asked for (a second response, a late body),
+/// which the next request would take as its own answer: another tenant's response.
+bool unusable(TimedStream& stream) {
     char byte;
     auto fd = stream.socket().native_handle();
     ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+    return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
 }
 }  // namespace
 
@@ -44,11 +45,10 @@ net::awaitable<ConnectionPool::Acquired> ConnectionPool::acquire(bool fresh) {
         while (!fresh && !idle_.empty()) {
             auto conn = std::move(idle_.back());
             idle_.pop_back();
-            // Upstreams keep idle connections for seconds (uvicorn 5 s, nginx 75 s): one idle
-            // for less than a second is not worth a syscall to check; the rare close that
-            // races with reuse is caught by forward's one retry on a reused connection.
-            bool recently_used = std::chrono::steady_clock::now() - conn->idle_since < k_trust_idle_for;
-            if (recently_used || !peer_closed(conn->stream)) {
+            // Checked on every reuse, however recently it was idle: a byte that arrived after its
+            // last response must never reach the next request. (A close that races with reuse
+            // is caught by forward's one retry on a reused connection.)
+            if (!unusable(conn->stream)) {
                 conn->reused = true;
                 co_return Acquired{{}, std::move(conn)};
             }
@@ -92,7 +92,6 @@ net::awaitable<ConnectionPool::Acquired> ConnectionPool::connect() {
 void ConnectionPool::release(std::unique_ptr<UpstreamConnection> connection, bool reusable) {
     if (reusable && connection->buffer.size() == 0) {
         connection->stream.expires_never();
-        connection->idle_since = std::chrono::steady_clock::now();
         idle_.push_back(std::move(connection));
     } else {
         beast::error_code ignored;

@@ -17,6 +17,7 @@
 #include "tokengate/cost/usage.hpp"
 #include "tokengate/limiter/headers.hpp"
 #include "tokengate/proxy/forward.hpp"
+#include "tokengate/proxy/request_reader.hpp"
 #include "tokengate/proxy/wire.hpp"
 #include "tokengate/server/responses.hpp"
 
@@ -206,50 +207,30 @@ public:
                 if (ec) break;
                 buffer_.commit(n);
             }
-            http::request_parser<http::string_body> parser;
-            parser.header_limit(server.max_header_bytes);
-            parser.body_limit(server.max_body_bytes);
+            proxy::RequestReader reader(server.max_header_bytes, server.max_body_bytes);
             // A request that arrived whole (the usual case) is parsed from the buffer without
-            // another asynchronous operation; a partial one continues below from where it stopped.
-            parser.eager(true);
-            beast::error_code hec;
-            proxy::wire::put_buffered(parser, buffer_, hec);
-            if (!hec && !parser.is_header_done()) {
+            // another asynchronous operation; a partial one is read on until it is whole.
+            auto progress = reader.feed(buffer_);
+            if (progress == Progress::header_done) progress = reader.feed(buffer_);
+            if (progress == Progress::need_more && !reader.header_done()) {
                 stream_.expires_after(ns(server.header_timeout));
-                std::tie(hec, std::ignore) = co_await http::async_read_header(stream_, buffer_, parser, k_use);
+                if (!co_await read_until_header_done(reader, progress)) break;
             }
-            if (hec) {
-                if (hec == http::error::header_limit)
-                    co_await send_error(http::status::request_header_fields_too_large, "headers_too_large",
-                                        "The request headers exceed the gateway's limit.");
-                else if (hec == http::error::body_limit)
-                    co_await send_error(http::status::payload_too_large, "request_too_large",
-                                        "The request body exceeds the gateway's limit.");
-                else if (hec != beast::error::timeout && hec != http::error::end_of_stream &&
-                         hec != net::error::eof && hec != net::error::connection_reset &&
-                         hec != net::error::operation_aborted)
-                    co_await send_error(http::status::bad_request, "invalid_http", "Malformed HTTP request.");
-                break;
-            }
-            if (!parser.is_done()) {
-                if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+            if (progress != Progress::failed && !reader.done()) {
+                if (beast::iequals(reader.get()[http::field::expect], "100-continue")) {
                     static constexpr std::string_view k_continue = "HTTP/1.1 100 Continue\r\n\r\n";
                     auto [cec, cn] = co_await net::async_write(stream_, net::buffer(k_continue), k_use);
                     if (cec) break;
                 }
                 stream_.expires_after(ns(server.idle_timeout));
-                auto [bec, bn] = co_await http::async_read(stream_, buffer_, parser, k_use);
-                if (bec) {
-                    if (bec == http::error::body_limit)
-                        co_await send_error(http::status::payload_too_large, "request_too_large",
-                                            "The request body exceeds the gateway's limit.");
-                    else if (bec != beast::error::timeout && bec != net::error::eof &&
-                             bec != http::error::end_of_stream && bec != net::error::connection_reset)
-                        co_await send_error(http::status::bad_request, "invalid_http", "Malformed HTTP request.");
-                    break;
-                }
+                if (!co_await read_until_done(reader, progress)) break;
             }
-            auto request = parser.release();
+            if (progress == Progress::failed) {
+                auto why = proxy::describe(reader.error());
+                co_await send_error(static_cast<http::status>(why.status), why.code, why.message);
+                break;  // the framing is not to be trusted: nothing more is read on this connection
+            }
+            auto request = reader.release();
             bool keep_alive = co_await handle(request, rt);
             if (!keep_alive) break;
         }
@@ -259,6 +240,31 @@ public:
     }
 
 private:
+    using Progress = proxy::RequestReader::Progress;
+
+    /// Reads until the header section is whole; false if the connection ended or timed out.
+    net::awaitable<bool> read_until_header_done(proxy::RequestReader& reader, Progress& progress) {
+        while (progress == Progress::need_more && !reader.header_done()) {
+            auto [ec, n] = co_await stream_.async_read_some(buffer_.prepare(8192), k_use);
+            if (ec) co_return false;
+            buffer_.commit(n);
+            progress = reader.feed(buffer_);
+            if (progress == Progress::header_done) progress = reader.feed(buffer_);
+        }
+        co_return true;
+    }
+
+    /// Reads the rest of the body; false if the connection ended or timed out.
+    net::awaitable<bool> read_until_done(proxy::RequestReader& reader, Progress& progress) {
+        while (progress != Progress::done && progress != Progress::failed) {
+            auto [ec, n] = co_await stream_.async_read_some(buffer_.prepare(65536), k_use);
+            if (ec) co_return false;
+            buffer_.commit(n);
+            progress = reader.feed(buffer_);
+        }
+        co_return true;
+    }
+
     net::awaitable<void> send_error(http::status status, std::string_view code, std::string_view message) {
         auto text = error_response_text(status, "invalid_request_error", code, message, 11, false, {}, {});
         stream_.expires_after(std::chrono::seconds(5));

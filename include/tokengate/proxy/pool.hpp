@@ -32,7 +32,6 @@ struct UpstreamConnection {
     beast::flat_buffer buffer;
     std::unique_ptr<char[]> relay_buffer;  // response body pieces on their way to the client (k_relay_size)
     bool reused = false;
-    std::chrono::steady_clock::time_point idle_since;  // when it went back to the pool
 };
 
 /// Passive health of one upstream, shared by every worker thread: after N consecutive

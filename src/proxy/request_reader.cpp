@@ -1,0 +1,130 @@
+#include "tokengate/proxy/request_reader.hpp"
+
+#include <boost/beast/core/string.hpp>
+
+#include "tokengate/proxy/wire.hpp"
+
+namespace tokengate::proxy {
+
+namespace {
+
+std::string_view view_of(const boost::beast::flat_buffer& buffer) {
+    auto data = buffer.data();
+    return {static_cast<const char*>(data.data()), data.size()};
+}
+
+std::string_view trimmed(std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+    return s;
+}
+
+}  // namespace
+
+RequestErrorText describe(RequestError error) {
+    switch (error) {
+        case RequestError::header_too_large:
+            return {431, "headers_too_large", "The request headers exceed the gateway's limit."};
+        case RequestError::body_too_large:
+            return {413, "request_too_large", "The request body exceeds the gateway's limit."};
+        case RequestError::obs_fold:
+            return {400, "invalid_http", "Folded header lines (obs-fold) are not accepted."};
+        case RequestError::bad_transfer_encoding:
+            return {400, "invalid_http", "Transfer-Encoding must end with chunked."};
+        case RequestError::unsupported_transfer_coding:
+            return {501, "invalid_http", "Only the chunked transfer coding is supported."};
+        case RequestError::bad_host:
+            return {400, "invalid_http", "An HTTP/1.1 request needs exactly one Host header."};
+        case RequestError::malformed:
+        case RequestError::none: break;
+    }
+    return {400, "invalid_http", "Malformed HTTP request."};
+}
+
+std::optional<std::size_t> header_section_end(std::string_view bytes, std::size_t from) {
+    for (std::size_t i = from; i < bytes.size(); ++i) {
+        if (bytes[i] != '\n') continue;
+        if (i >= 3 && bytes.compare(i - 3, 4, "\r\n\r\n") == 0) return i + 1;
+    }
+    return std::nullopt;
+}
+
+bool has_obs_fold(std::string_view head) {
+    // Every CRLF but the blank line's: a space or tab after it continues the line before.
+    for (auto i = head.find("\r\n"); i != std::string_view::npos && i + 2 < head.size(); i = head.find("\r\n", i + 2))
+        if (head[i + 2] == ' ' || head[i + 2] == '\t') return true;
+    return false;
+}
+
+RequestReader::RequestReader(std::size_t max_header_bytes, std::size_t max_body_bytes)
+    : max_header_bytes_(max_header_bytes) {
+    parser_.header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(max_header_bytes, UINT32_MAX)));
+    parser_.body_limit(max_body_bytes);
+}
+
+RequestReader::Progress RequestReader::fail(RequestError e) {
+    error_ = e;
+    return Progress::failed;
+}
+
+RequestReader::Progress RequestReader::feed(boost::beast::flat_buffer& buffer) {
+    if (error_ != RequestError::none) return Progress::failed;
+    if (!parser_.is_header_done()) return feed_header(buffer);
+    boost::beast::error_code ec;
+    wire::put_buffered(parser_, buffer, ec);
+    if (ec) return fail(ec == http::error::body_limit ? RequestError::body_too_large : RequestError::malformed);
+    return parser_.is_done() ? Progress::done : Progress::need_more;
+}
+
+RequestReader::Progress RequestReader::feed_header(boost::beast::flat_buffer& buffer) {
+    // RFC 9112 §2.2: empty lines before a request line are ignored (a client may send a CRLF
+    // after a body it thought needed one).
+    while (scanned_ == 0 && view_of(buffer).starts_with("\r\n")) buffer.consume(2);
+    auto bytes = view_of(buffer);
+    // Resume the search where the last one stopped (three bytes back, for a split "\r\n\r\n").
+    auto end = header_section_end(bytes, scanned_ >= 3 ? scanned_ - 3 : 0);
+    if (!end) {
+        scanned_ = bytes.size();
+        return bytes.size() > max_header_bytes_ ? fail(RequestError::header_too_large) : Progress::need_more;
+    }
+    if (*end > max_header_bytes_) return fail(RequestError::header_too_large);
+    if (has_obs_fold(bytes.substr(0, *end))) return fail(RequestError::obs_fold);
+    boost::beast::error_code ec;
+    parser_.eager(false);
+    auto used = parser_.put(boost::asio::buffer(bytes.data(), *end), ec);
+    buffer.consume(used);
+    if (ec == http::error::body_limit) return fail(RequestError::body_too_large);
+    if (ec == http::error::header_limit) return fail(RequestError::header_too_large);
+    if (ec || !parser_.is_header_done()) return fail(RequestError::malformed);
+    const auto& fields = parser_.get().base();
+    header_fields_ = static_cast<std::size_t>(std::distance(fields.begin(), fields.end()));
+    if (auto e = check_head(); e != RequestError::none) return fail(e);
+    parser_.eager(true);
+    return parser_.is_done() ? Progress::done : Progress::header_done;
+}
+
+RequestError RequestReader::check_head() const {
+    const auto& head = parser_.get();
+    if (head.count(http::field::transfer_encoding) > 0) {
+        // Beast frames by chunked only when it is the final coding; any other final coding
+        // leaves the body's end unknown (RFC 9112 §6.3: 400, then close).
+        if (!parser_.chunked()) return RequestError::bad_transfer_encoding;
+        if (!boost::beast::iequals(trimmed(head[http::field::transfer_encoding]), "chunked"))
+            return RequestError::unsupported_transfer_coding;
+    }
+    auto hosts = head.count(http::field::host);
+    if (hosts > 1 || (head.version() >= 11 && hosts == 0)) return RequestError::bad_host;
+    return RequestError::none;
+}
+
+http::request<http::string_body> RequestReader::release() {
+    auto message = parser_.release();
+    if (message.chunked()) {
+        // Trailer fields came after the body; they are not part of the head that goes on.
+        std::size_t index = 0;
+        for (auto it = message.begin(); it != message.end();) it = index++ < header_fields_ ? std::next(it) : message.erase(it);
+    }
+    return message;
+}
+
+}  // namespace tokengate::proxy
