@@ -24,7 +24,12 @@ namespace tokengate::testing {
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
-Process::Process(const std::vector<std::string>& args, const std::string& output_path) {
+const char* gateway_binary() {
+    const char* other = std::getenv("TOKENGATE_TEST_BINARY");
+    return other && *other ? other : TOKENGATE_BINARY;
+}
+
+Process::Process(const std::vector<std::string>& args, const std::string& output_path, const std::string& error_path) {
     pid_ = ::fork();
     if (pid_ < 0) throw std::runtime_error("fork failed");
     if (pid_ == 0) {
@@ -32,6 +37,10 @@ Process::Process(const std::vector<std::string>& args, const std::string& output
         if (fd >= 0) {
             ::dup2(fd, 1);
             ::dup2(fd, 2);
+        }
+        if (!error_path.empty()) {
+            int err = ::open(error_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+            if (err >= 0) ::dup2(err, 2);
         }
         std::vector<char*> argv;
         for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -304,7 +313,7 @@ GatewayUnderTest::GatewayUnderTest(const std::string& config_body, const std::st
                                    const std::vector<std::string>& launcher)
     : port_(free_port()), mock_port_(free_port()), admin_port_(free_port()) {
     ::setenv("TOKENGATE_TEST_ADMIN_TOKEN", admin_token, 1);
-    mock_.emplace(std::vector<std::string>{TOKENGATE_BINARY, "mock-upstream", "--port", std::to_string(mock_port_),
+    mock_.emplace(std::vector<std::string>{gateway_binary(), "mock-upstream", "--port", std::to_string(mock_port_),
                                            "--tokens-per-s", std::to_string(mock_tokens_per_s)},
                   dir_.path() + "/mock.log");
     std::string dead = "http://127.0.0.1:" + std::to_string(free_port());
@@ -322,7 +331,7 @@ GatewayUnderTest::GatewayUnderTest(const std::string& config_body, const std::st
     if (!wait_for_output(*mock_, dir_.path() + "/mock.log", "listening on 127.0.0.1:" + std::to_string(mock_port_) + " "))
         throw std::runtime_error("mock upstream did not start: " + read_file(dir_.path() + "/mock.log"));
     std::vector<std::string> command = launcher;
-    for (std::string a : {TOKENGATE_BINARY, "serve", "-c"}) command.push_back(a);
+    for (std::string a : {gateway_binary(), "serve", "-c"}) command.push_back(a);
     command.push_back(dir_.path() + "/gateway.yaml");
     gateway_.emplace(command, dir_.path() + "/gateway.log");
     if (!wait_for_output(*gateway_, dir_.path() + "/gateway.log", "tokengate listening on 127.0.0.1:" + std::to_string(port_) + "\n"))

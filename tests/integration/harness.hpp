@@ -12,10 +12,15 @@
 
 namespace tokengate::testing {
 
+/// The tokengate binary under test: this build's, or TOKENGATE_TEST_BINARY's (to show that a
+/// regression test fails on an older build).
+const char* gateway_binary();
+
 /// A child process, killed (SIGKILL) when this goes out of scope unless it already exited.
 class Process {
 public:
-    Process(const std::vector<std::string>& args, const std::string& output_path);
+    /// stdout and stderr go to `output_path`, or stderr to `error_path` when one is given.
+    Process(const std::vector<std::string>& args, const std::string& output_path, const std::string& error_path = "");
     Process(Process&& other) noexcept;
     Process(const Process&) = delete;
     ~Process();
