@@ -14,7 +14,13 @@ namespace {
 std::string_view join(std::uint64_t family, std::initializer_list<std::string_view> labels) {
     thread_local std::string key;
     key.assign(reinterpret_cast<const char*>(&family), sizeof family);
-    for (auto l : labels) key.append(l).push_back('\x1f');
+    for (auto l : labels) key.append(bounded_label(l)).push_back('\x1f');
+    return key;
+}
+
+std::string key_of(const std::vector<std::string>& values) {
+    std::string key;
+    for (const auto& v : values) key.append(v).push_back('\x1f');
     return key;
 }
 
@@ -29,6 +35,13 @@ std::string number(double v) {
 }
 
 }  // namespace
+
+std::string_view bounded_label(std::string_view value) {
+    if (value.size() <= k_max_label_bytes) return value;
+    std::size_t end = k_max_label_bytes;
+    while (end > 0 && (static_cast<unsigned char>(value[end]) & 0xC0) == 0x80) --end;  // a continuation byte
+    return value.substr(0, end);
+}
 
 std::string escape_label(std::string_view value) {
     std::string out;
@@ -142,13 +155,33 @@ Family::Series& Family::find_or_create(std::string_view key, std::initializer_li
         if (auto other = index_.find(stored); other != index_.end()) return *other->second;
         values.assign(label_names_.size(), "_other");
     } else {
-        for (auto l : labels) values.emplace_back(l);
+        for (auto l : labels) values.emplace_back(bounded_label(l));
+        if (auto& limit = value_limit_; limit.max > 0 && values.size() > std::max(limit.parent, limit.child)) {
+            auto& seen = limit.seen[values[limit.parent]];
+            const auto& child = values[limit.child];
+            if (std::find(seen.begin(), seen.end(), child) == seen.end()) {
+                if (seen.size() < limit.max) {
+                    seen.push_back(child);
+                } else {
+                    values[limit.child] = "_other";
+                    stored = key_of(values);
+                    if (auto other = index_.find(stored); other != index_.end()) return *other->second;
+                }
+            }
+        }
     }
     auto& s = storage_.emplace_back();
     s.labels = std::move(values);
     s.bucket_counts = std::make_unique<std::atomic<std::uint64_t>[]>(buckets_.size());
     index_.emplace(std::move(stored), &s);
     return s;
+}
+
+void Family::limit_values_per(std::size_t parent, std::size_t child, std::size_t max) {
+    std::lock_guard lock(mutex_);
+    value_limit_.parent = parent;
+    value_limit_.child = child;
+    value_limit_.max = max;
 }
 
 void Family::add(std::initializer_list<std::string_view> labels, double value) {

@@ -277,7 +277,11 @@ GatewayMetrics::GatewayMetrics(metrics::Registry& r)
       remaining_ratio(r.gauge("tokengate_limit_remaining_ratio",
                               "Remaining / capacity of a tenant limit after its latest decision.",
                               {"tenant", "limit"})),
-      config_reloads(r.counter("tokengate_config_reloads_total", "Configuration reloads.", {"result"})) {}
+      config_reloads(r.counter("tokengate_config_reloads_total", "Configuration reloads.", {"result"})) {
+    // The model label is the client's string: per tenant, the first 64 models get series of
+    // their own, later ones share "_other".
+    tokens.limit_values_per(0, 1, 64);
+}
 
 void Worker::access_line_written() {
     if (access_batch.size() >= 32 * 1024) return flush_access_log();

@@ -15,6 +15,10 @@ namespace tokengate::metrics {
 
 enum class Kind { counter, gauge, histogram };
 
+/// Label values longer than this are cut (at a UTF-8 boundary): a client's 200 KB model name
+/// must not become a 200 KB label.
+inline constexpr std::size_t k_max_label_bytes = 128;
+
 /// One metric name with its label names and series. Label cardinality is capped: once a
 /// family holds `max_series` series, new label sets are counted in one series whose label
 /// values are all "_other", so a flood of tenants or keys cannot exhaust memory.
@@ -30,6 +34,10 @@ public:
     void clear();
     /// The current value of one series (0 if absent): for tests and admin views.
     double value(std::initializer_list<std::string_view> labels) const;
+    /// At most `max` distinct values of label `child` per value of label `parent` (models per
+    /// tenant): further ones are counted as "_other", so one tenant cannot take every series.
+    /// Set before the family is used.
+    void limit_values_per(std::size_t parent, std::size_t child, std::size_t max);
 
     void render(std::string& out) const;
 
@@ -56,6 +64,10 @@ private:
     std::vector<std::string> label_names_;
     std::vector<double> buckets_;
     std::size_t max_series_;
+    struct ValueLimit {
+        std::size_t parent = 0, child = 0, max = 0;  // max 0: none
+        std::unordered_map<std::string, std::vector<std::string>> seen;  // parent value → child values
+    } value_limit_;
     /// Lets a series be found by a key in a reused buffer, without building a std::string.
     struct KeyHash {
         using is_transparent = void;
@@ -81,6 +93,9 @@ private:
     mutable std::mutex mutex_;
     std::deque<Family> families_;  // stable addresses
 };
+
+/// `value` cut to k_max_label_bytes, without splitting a UTF-8 sequence.
+std::string_view bounded_label(std::string_view value);
 
 /// Escapes a label value: backslash, double quote and newline.
 std::string escape_label(std::string_view value);

@@ -89,3 +89,37 @@ TEST(Registry, UpdatesFromManyThreadsAreAllCounted) {
 
 }  // namespace
 }  // namespace tokengate::metrics
+
+namespace tokengate::metrics {
+namespace {
+
+TEST(Registry, LongLabelValuesAreCutAtAUtf8Boundary) {
+    Registry r;
+    auto& f = r.counter("t_total", "t", {"model"});
+    std::string huge(200 * 1024, 'm');
+    f.add({huge});
+    f.add({huge + "other tail"});  // the same first 128 bytes: the same series
+    auto text = r.render();
+    EXPECT_LT(text.size(), 1024u) << "the label is cut";
+    EXPECT_DOUBLE_EQ(f.value({std::string(k_max_label_bytes, 'm')}), 2);
+    std::string cjk;
+    while (cjk.size() < 200) cjk += "\xe4\xb8\xad";  // 中, three bytes each
+    EXPECT_EQ(bounded_label(cjk).size(), 126u) << "no character is split";
+}
+
+TEST(Registry, ValuesPerParentAreCapped) {
+    Registry r;
+    auto& f = r.counter("tokens_total", "t", {"tenant", "model", "kind"});
+    f.limit_values_per(0, 1, 3);
+    for (int i = 0; i < 50; ++i) f.add({"acme", "model-" + std::to_string(i), "prompt"}, 1);
+    f.add({"acme", "model-0", "completion"}, 5);  // a known model keeps its own series
+    f.add({"other-tenant", "model-49", "prompt"}, 1);
+    EXPECT_DOUBLE_EQ(f.value({"acme", "model-2", "prompt"}), 1);
+    EXPECT_DOUBLE_EQ(f.value({"acme", "model-0", "completion"}), 5);
+    EXPECT_DOUBLE_EQ(f.value({"acme", "_other", "prompt"}), 47);
+    EXPECT_DOUBLE_EQ(f.value({"acme", "model-3", "prompt"}), 0);
+    EXPECT_DOUBLE_EQ(f.value({"other-tenant", "model-49", "prompt"}), 1) << "each tenant has its own allowance";
+}
+
+}  // namespace
+}  // namespace tokengate::metrics
