@@ -5,6 +5,7 @@
 #include <spdlog/async.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/rotating_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -159,6 +160,9 @@ int mock_upstream(const std::vector<std::string>& args) {
 
 int main(int argc, char** argv) {
     std::signal(SIGPIPE, SIG_IGN);
+    // Diagnostics go to stderr (SPEC §10): stdout is the default access log, one JSON line
+    // per request, and a "reload refused" line there would break whoever parses it.
+    spdlog::set_default_logger(spdlog::stderr_color_mt("tokengate"));
     std::vector<std::string> args(argv + 1, argv + argc);
     if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
         std::cout << k_usage;

@@ -10,9 +10,12 @@
 #include <variant>
 
 #include "admission.hpp"
+#include "linger.hpp"
 #include "services.hpp"
+#include "tokengate/auth/key_table.hpp"
 #include "tokengate/core/sha256.hpp"
 #include "tokengate/limiter/headers.hpp"
+#include "tokengate/proxy/target.hpp"
 #include "tokengate/server/responses.hpp"
 
 namespace tokengate::server {
@@ -39,11 +42,11 @@ Response admin_error(http::status status, std::string_view code, std::string_vie
 bool authorized(const http::request<http::string_body>& req, const config::GatewayConfig& cfg) {
     const char* token = std::getenv(cfg.admin.token_env.c_str());
     if (!token || !*token) return false;  // no token configured: the admin API stays shut
-    std::string_view given = req[http::field::authorization];
-    constexpr std::string_view k_bearer = "Bearer ";
-    if (given.substr(0, k_bearer.size()) != k_bearer) return false;
+    // The data plane's parser: the scheme is case-insensitive (RFC 9110 §11.1).
+    auto given = auth::extract_key(req[http::field::authorization], {});
+    if (given.empty()) return false;
     // Compare digests so the comparison's length does not depend on the token's.
-    auto a = core::sha256(given.substr(k_bearer.size()));
+    auto a = core::sha256(given);
     auto b = core::sha256(token);
     return core::constant_time_equal(std::string_view(reinterpret_cast<const char*>(a.data()), a.size()),
                                      std::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
@@ -101,8 +104,10 @@ std::variant<Admission, Response> explain_admission(const Runtime& rt, const std
     auto path = text("path", "/v1/chat/completions");
     auto client_ip = text("client_ip", "127.0.0.1");
     if (!path || !client_ip) return admin_error(http::status::bad_request, "invalid_body", "'path' and 'client_ip' must be strings.");
+    auto target = proxy::normalize_target(*path);  // as the data plane matches it
+    if (!target.ok) return admin_error(http::status::bad_request, "invalid_path", "Refused path: " + std::string(target.why) + ".");
     std::string request_body = in.contains("body") ? in["body"].dump() : std::string();
-    auto a = admit_request(rt, in["key"].get<std::string>(), *path, *client_ip, request_body);
+    auto a = admit_request(rt, in["key"].get<std::string>(), target.path, *client_ip, request_body);
     switch (a.error) {
         case Admission::Error::none: break;
         case Admission::Error::unauthorized: return admin_error(http::status::bad_request, "invalid_api_key", a.message);
@@ -206,6 +211,17 @@ net::awaitable<void> serve_admin_connection(net::ip::tcp::socket socket, Service
         parser.body_limit(1u << 20);
         stream.expires_after(std::chrono::seconds(30));
         auto [ec, n] = co_await http::async_read(stream, buffer, parser, k_use);
+        if (ec == http::error::body_limit || ec == http::error::header_limit) {
+            bool body = ec == http::error::body_limit;
+            auto res = admin_error(body ? http::status::payload_too_large : http::status::request_header_fields_too_large,
+                                   body ? "request_too_large" : "headers_too_large",
+                                   body ? "Admin request bodies are limited to 1 MiB." : "The request headers are too large.");
+            res.keep_alive(false);
+            res.prepare_payload();
+            co_await http::async_write(stream, res, k_use);
+            co_await linger_then_close(stream);
+            co_return;
+        }
         if (ec) break;
         auto req = parser.release();
         auto res = co_await handle(services, req);
