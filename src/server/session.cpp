@@ -8,6 +8,7 @@
 #include <random>
 
 #include "admission.hpp"
+#include "linger.hpp"
 #include "services.hpp"
 #include "tokengate/auth/key_table.hpp"
 #include "tokengate/classify/classify.hpp"
@@ -18,6 +19,7 @@
 #include "tokengate/limiter/headers.hpp"
 #include "tokengate/proxy/forward.hpp"
 #include "tokengate/proxy/request_reader.hpp"
+#include "tokengate/proxy/target.hpp"
 #include "tokengate/proxy/wire.hpp"
 #include "tokengate/server/responses.hpp"
 
@@ -52,7 +54,13 @@ bool replaced_in_upstream_request(http::field id, std::string_view name) {
     }
     if (name.empty() || (name[0] != 'x' && name[0] != 'X')) return false;
     return beast::iequals(name, "x-forwarded-for") || beast::iequals(name, "x-forwarded-proto") ||
-           beast::iequals(name, "x-api-key") || beast::iequals(name, "x-request-id");
+           beast::iequals(name, "x-api-key") || beast::iequals(name, "x-request-id") ||
+           beast::iequals(name, "x-real-ip");
+}
+
+/// From a peer that is not a trusted proxy, a Forwarded field is the client's own claim.
+bool replaced_from_untrusted_peer(http::field id, std::string_view name) {
+    return replaced_in_upstream_request(id, name) || beast::iequals(name, "forwarded");
 }
 
 /// Upstream fields the gateway's own rate-limit and request-id fields replace.
@@ -103,9 +111,12 @@ std::string client_address(const config::ServerConfig& server, const std::string
         rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(0, comma);
         while (!hop.empty() && hop.front() == ' ') hop.remove_prefix(1);
         while (!hop.empty() && hop.back() == ' ') hop.remove_suffix(1);
-        if (!core::parse_ip(hop)) break;
-        last = std::string(hop);
-        if (!trusted(server.trusted_proxies, hop)) return last;
+        // One spelling per address, so ::ffff:1.2.3.4 and 1.2.3.4 share one ip bucket.
+        beast::error_code ec;
+        auto address = net::ip::make_address(std::string(hop), ec);
+        if (ec) break;
+        last = address_text(address);
+        if (!trusted(server.trusted_proxies, last)) return last;
     }
     return last.empty() ? peer : last;
 }
@@ -228,7 +239,8 @@ public:
             if (progress == Progress::failed) {
                 auto why = proxy::describe(reader.error());
                 co_await send_error(static_cast<http::status>(why.status), why.code, why.message);
-                break;  // the framing is not to be trusted: nothing more is read on this connection
+                co_await linger_then_close(stream_);  // the framing is not to be trusted: nothing more is read
+                co_return;
             }
             auto request = reader.release();
             bool keep_alive = co_await handle(request, rt);
@@ -395,8 +407,9 @@ private:
         rec.started = clock.now();
         rec.request_id = request_id_for(req["x-request-id"]);
         rec.method = std::string(req.method_string());
-        auto target = std::string_view(req.target());
-        rec.path = std::string(target.substr(0, target.find('?')));
+        // Routes match, and the upstream receives, one spelling of each path.
+        auto target = proxy::normalize_target(req.target());
+        rec.path = target.ok ? target.path : std::string(req.target().substr(0, req.target().find('?')));
         rec.client_ip = client_address(cfg.server, peer_, req["X-Forwarded-For"]);
         bool keep_alive = req.keep_alive() && !services_.draining.load();
         unsigned version = req.version();
@@ -417,6 +430,9 @@ private:
             co_return co_await finish_error(http::status::service_unavailable, "server_error", "shutting_down",
                                             "The gateway is shutting down; retry on another instance.");
         }
+        if (!target.ok)
+            co_return co_await finish_error(http::status::bad_request, "invalid_request_error", "invalid_path",
+                                            "Refused request path: " + std::string(target.why) + ".");
         auto key = auth::extract_key(req[http::field::authorization], req["x-api-key"]);
         auto admission = admit_request(*rt, key, rec.path, rec.client_ip, req.body());
         if (admission.principal) {
@@ -509,8 +525,10 @@ private:
 
         proxy::UpstreamRequest up;
         up.head.reserve(1024);
-        up.head.append(req.method_string()).append(" ").append(upstream.base_path).append(target).append(" HTTP/1.1\r\n");
-        proxy::wire::forwardable_fields(up.head, req.base(), replaced_in_upstream_request);
+        up.head.append(req.method_string()).append(" ").append(upstream.base_path).append(target.text()).append(" HTTP/1.1\r\n");
+        bool from_proxy = trusted(cfg.server.trusted_proxies, peer_);
+        proxy::wire::forwardable_fields(up.head, req.base(),
+                                        from_proxy ? replaced_in_upstream_request : replaced_from_untrusted_peer);
         up.head.append("Host: ").append(upstream.host).push_back(':');
         up.head.append(std::to_string(upstream.port)).append("\r\n");
         if (!upstream.api_key.empty()) up.head.append("Authorization: Bearer ").append(upstream.api_key).append("\r\n");
@@ -518,6 +536,7 @@ private:
         up.head.append("X-Forwarded-For: ");
         if (!forwarded.empty()) up.head.append(forwarded).append(", ");
         up.head.append(peer_).append("\r\nX-Forwarded-Proto: http\r\n");
+        proxy::wire::field(up.head, "X-Real-IP", rec.client_ip);
         proxy::wire::field(up.head, "X-Request-Id", rec.request_id);
         // A stream's usage arrives only if asked for: ask on the client's behalf, and hide the
         // answer from a client that did not ask.
