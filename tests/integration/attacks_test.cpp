@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <csignal>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "harness.hpp"
@@ -197,6 +199,140 @@ TEST(Attacks, EndlessInterimResponsesAre502) {
     GatewayUnderTest gw(k_two_tenants, "", 1000, up.yaml());
     auto r = gw.request(Request{"POST", "/raw/x", {{"Authorization", "Bearer ka"}}, "{}"});
     EXPECT_EQ(r.status, 502) << r.body;
+}
+
+// --- 4. Metric label bombs ------------------------------------------------------------------
+
+TEST(Attacks, HugeModelNamesCannotInflateMetrics) {
+    GatewayUnderTest gw("routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\ntenants:\n  - { id: acme, keys: [\"k1\"] }\n",
+                        "", 1e6);
+    for (int i = 0; i < 150; ++i) {
+        std::string model = std::to_string(i) + std::string(200 * 1024, 'm');  // 150 distinct names
+        auto r = gw.request(Request{"POST", "/v1/chat/completions", {k_auth}, chat_body(model, "hi", 1, false)});
+        ASSERT_EQ(r.status, 200) << i << r.body.substr(0, 200);
+    }
+    ASSERT_TRUE(gw.wait_settled(150));
+    auto metrics = gw.admin(Request{"GET", "/metrics", {}, ""}).body;
+    EXPECT_LT(metrics.size(), 256u * 1024) << "was 60 MB: every label carried the whole name";
+    EXPECT_NE(metrics.find("model=\"_other\""), std::string::npos) << "past 64 models a tenant's tokens share one series";
+    std::size_t series = 0;
+    for (auto at = metrics.find("\ntokengate_tokens_total{"); at != std::string::npos;
+         at = metrics.find("\ntokengate_tokens_total{", at + 1))
+        ++series;
+    EXPECT_LE(series, 2u * 65) << "64 models and _other, prompt and completion each";
+}
+
+// --- 5. Path tricks ---------------------------------------------------------------------------
+
+TEST(Attacks, EverySpellingOfARoutedPathMeetsItsLimit) {
+    ScriptedUpstream up([](const std::string& head, const std::string&) {
+        return ScriptedUpstream::Reply{http_ok("for:" + target_of(head))};
+    });
+    GatewayUnderTest gw(R"(
+routes:
+  - path: /v1/chat/completions
+    upstreams: [scripted]
+    limits: [ { name: chat-rps, algorithm: token_bucket, capacity: 1, rate: 0.001/s } ]
+  - { path_prefix: /v1/, upstreams: [scripted] }
+tenants:
+  - { id: acme, keys: ["k1"] }
+)", "", 1000, up.yaml());
+    auto first = gw.request(Request{"POST", "/v1/chat/completions?trace=1", {k_auth}, "{}"});
+    ASSERT_EQ(first.status, 200) << first.body;
+    EXPECT_EQ(first.body, "for:/v1/chat/completions?trace=1");
+    for (const std::string path : {"/v1/%63hat/completions", "/v1/./chat/completions", "/v1//chat/completions",
+                                   "/v1/chat/completions/", "/v1/chat/completions;x", "/v1/x/../chat/completions",
+                                   "/v1/%2e/chat/completions"}) {
+        auto r = gw.request(Request{"POST", path, {k_auth}, "{}"});
+        EXPECT_EQ(r.status, 429) << path << ": the exact route's limit applies";
+        EXPECT_EQ(r.header("x-ratelimit-limit"), "1") << path;
+    }
+    for (const std::string path : {"/v1/chat%2Fcompletions", "/v1/chat/completions%00", "/v1/chat/completions%20",
+                                   "/v1/a%5Cb"}) {
+        auto r = gw.request(Request{"POST", path, {k_auth}, "{}"});
+        EXPECT_EQ(r.status, 400) << path;
+        EXPECT_EQ(json::parse(r.body)["error"]["code"], "invalid_path") << path;
+    }
+    // Another path under the prefix route is forwarded in its normalised spelling.
+    auto other = gw.request(Request{"POST", "/v1//%65mbeddings/./", {k_auth}, "{}"});
+    EXPECT_EQ(other.status, 200);
+    EXPECT_EQ(other.body, "for:/v1/embeddings");
+    for (const auto& head : up.heads()) EXPECT_EQ(target_of(head).find("//"), std::string::npos) << head;
+}
+
+// --- 6. Smaller ones ---------------------------------------------------------------------------
+
+TEST(Attacks, ForwardedForAddressesAreNormalisedBeforeBucketing) {
+    GatewayUnderTest gw(R"(
+routes:
+  - { path: /v1/chat/completions, upstreams: [mock] }
+tenants:
+  - { id: acme, keys: ["k1"] }
+ip_limits:
+  - { name: per-ip, algorithm: token_bucket, capacity: 1, rate: 0.001/s }
+)", "  trusted_proxies: [127.0.0.1/32]\n");
+    auto first = gw.request(Request{"POST", "/v1/chat/completions", {k_auth, {"X-Forwarded-For", "::ffff:1.2.3.4"}},
+                                    chat_body("m", "hi", 1, false)});
+    EXPECT_EQ(first.status, 200) << first.body;
+    for (const std::string spelling : {"1.2.3.4", "0:0:0:0:0:ffff:102:304", "::FFFF:1.2.3.4"}) {
+        auto r = gw.request(Request{"POST", "/v1/chat/completions", {k_auth, {"X-Forwarded-For", spelling}},
+                                    chat_body("m", "hi", 1, false)});
+        EXPECT_EQ(r.status, 429) << spelling << ": the same client, the same bucket";
+    }
+}
+
+TEST(Attacks, AnUntrustedClientCannotClaimAnAddressUpstream) {
+    ScriptedUpstream up([](const std::string& head, const std::string&) {
+        return ScriptedUpstream::Reply{http_ok("for:" + target_of(head))};
+    });
+    GatewayUnderTest gw("routes:\n  - { path_prefix: /raw/, upstreams: [scripted] }\ntenants:\n  - { id: acme, keys: [\"k1\"] }\n",
+                        "", 1000, up.yaml());
+    auto r = gw.request(Request{"POST", "/raw/x", {k_auth, {"X-Real-IP", "6.6.6.6"}, {"Forwarded", "for=6.6.6.6"}}, "{}"});
+    ASSERT_EQ(r.status, 200);
+    auto heads = up.heads();
+    ASSERT_EQ(heads.size(), 1u);
+    const auto& head = heads[0];
+    EXPECT_EQ(head.find("6.6.6.6"), std::string::npos) << head;
+    EXPECT_NE(head.find("X-Real-IP: 127.0.0.1\r\n"), std::string::npos) << head;
+}
+
+TEST(Attacks, DiagnosticsGoToStderrNotTheAccessLog) {
+    TempDir dir;
+    auto port = free_port();
+    auto write_config = [&](const std::string& extra) {
+        std::ofstream(dir.path() + "/gw.yaml") << "server:\n  listen: 127.0.0.1:" << port
+                                               << "\nupstreams:\n  - { name: u, url: http://127.0.0.1:1 }\nroutes:\n"
+                                                  "  - { path: /v1/x, upstreams: [u] }\ntenants: []\n" << extra;
+    };
+    write_config("");
+    Process gw({gateway_binary(), "serve", "-c", dir.path() + "/gw.yaml"}, dir.path() + "/stdout.txt", dir.path() + "/stderr.txt");
+    ASSERT_TRUE(wait_for_output(gw, dir.path() + "/stderr.txt", "listening on")) << read_file(dir.path() + "/stdout.txt");
+    write_config("bogus_key: 1\n");
+    ::kill(gw.pid(), SIGHUP);
+    ASSERT_TRUE(wait_for_output(gw, dir.path() + "/stderr.txt", "reload")) << read_file(dir.path() + "/stdout.txt");
+    send_request(port, Request{"GET", "/v1/x", {}, ""});  // one access line (401) on stdout
+    EXPECT_EQ(gw.stop(SIGTERM), 0);
+    auto out = read_file(dir.path() + "/stdout.txt");
+    std::istringstream lines(out);
+    std::string line;
+    int count = 0;
+    while (std::getline(lines, line)) {
+        ++count;
+        EXPECT_TRUE(json::accept(line)) << "stdout holds only access lines: " << line;
+    }
+    EXPECT_EQ(count, 1) << out;
+}
+
+TEST(Attacks, AdminAcceptsAnyCaseOfBearerAndAnswersAnOversizedBodyWith413) {
+    GatewayUnderTest gw("routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\ntenants:\n  - { id: acme, keys: [\"k1\"] }\n");
+    for (const std::string scheme : {"Bearer ", "bearer ", "BEARER "}) {
+        auto r = send_request(gw.admin_port(), Request{"GET", "/admin/tenants/acme",
+                                                       {{"Authorization", scheme + GatewayUnderTest::admin_token}}, ""});
+        EXPECT_EQ(r.status, 200) << scheme;
+    }
+    auto big = gw.admin(Request{"POST", "/admin/explain", {}, std::string(2 * 1024 * 1024, ' ')});
+    EXPECT_EQ(big.status, 413);
+    EXPECT_EQ(json::parse(big.body)["error"]["code"], "request_too_large");
 }
 
 }  // namespace

@@ -188,6 +188,18 @@ std::string RawClient::read_some(std::chrono::milliseconds timeout, const std::s
     return out;
 }
 
+std::string RawClient::read_once(std::chrono::milliseconds timeout) {
+    pollfd p{fd_, POLLIN, 0};
+    if (fd_ < 0 || ::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return {};
+    char buf[65536];
+    ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n <= 0) {
+        peer_closed_ = true;
+        return {};
+    }
+    return std::string(buf, static_cast<std::size_t>(n));
+}
+
 bool RawClient::wait_closed(std::chrono::milliseconds timeout) {
     auto deadline = clock_type::now() + timeout;
     while (clock_type::now() < deadline) {
@@ -263,7 +275,7 @@ Response send_request(unsigned short port, const Request& request, std::chrono::
     std::string got;
     auto deadline = clock_type::now() + timeout;
     while (clock_type::now() < deadline) {
-        auto chunk = client.read_some(200ms);
+        auto chunk = client.read_once(200ms);  // at once when bytes arrive: parse, then read on
         got += chunk;
         if (parse_response(got, response)) return response;
         if (client.peer_closed()) break;

@@ -85,6 +85,8 @@ public:
     bool send_all(const std::string& bytes);
     /// Reads what arrives within `timeout` (returns early once `until` is seen, if given).
     std::string read_some(std::chrono::milliseconds timeout, const std::string& until = "");
+    /// What one read returns, waiting at most `timeout` for something to arrive.
+    std::string read_once(std::chrono::milliseconds timeout);
     /// True once the peer has closed (read returns 0) within `timeout`; discards data meanwhile.
     bool wait_closed(std::chrono::milliseconds timeout);
     void close();

@@ -33,6 +33,7 @@ TEST(Settlement, JsonRefundShowsOnTheNextResponse) {
     ASSERT_EQ(first.status, 200) << first.body;
     EXPECT_EQ(first.header("x-ratelimit-remaining-tokens"), "89") << "reserved 1 + 10";
     EXPECT_EQ(json::parse(first.body)["usage"]["completion_tokens"], 64);
+    ASSERT_TRUE(gw.wait_settled(1)) << "settlement follows the response's last byte";
     auto second = gw.request(chat(500, false));
     // Settled at 1 + 1 = 2: 9 came back, so 100 - 2 - 11.
     EXPECT_EQ(second.header("x-ratelimit-remaining-tokens"), "87");
