@@ -20,6 +20,7 @@
 #include "tokengate/proxy/forward.hpp"
 #include "tokengate/proxy/request_reader.hpp"
 #include "tokengate/proxy/target.hpp"
+#include "tokengate/proxy/upstream_request.hpp"
 #include "tokengate/proxy/wire.hpp"
 #include "tokengate/server/responses.hpp"
 
@@ -41,26 +42,6 @@ std::chrono::nanoseconds ns(Nanos n) { return std::chrono::nanoseconds(n); }
 
 bool starts_with_nocase(std::string_view s, std::string_view prefix) {
     return s.size() >= prefix.size() && beast::iequals(s.substr(0, prefix.size()), prefix);
-}
-
-/// Client fields the gateway replaces (or keeps to itself) on the way upstream.
-bool replaced_in_upstream_request(http::field id, std::string_view name) {
-    switch (id) {
-        case http::field::host:
-        case http::field::authorization:
-        case http::field::expect:
-        case http::field::content_length: return true;
-        default: break;
-    }
-    if (name.empty() || (name[0] != 'x' && name[0] != 'X')) return false;
-    return beast::iequals(name, "x-forwarded-for") || beast::iequals(name, "x-forwarded-proto") ||
-           beast::iequals(name, "x-api-key") || beast::iequals(name, "x-request-id") ||
-           beast::iequals(name, "x-real-ip");
-}
-
-/// From a peer that is not a trusted proxy, a Forwarded field is the client's own claim.
-bool replaced_from_untrusted_peer(http::field id, std::string_view name) {
-    return replaced_in_upstream_request(id, name) || beast::iequals(name, "forwarded");
 }
 
 /// Upstream fields the gateway's own rate-limit and request-id fields replace.
@@ -523,30 +504,13 @@ private:
         const auto& upstream = cfg.upstreams[upstream_index];
         rec.upstream = upstream.name;
 
-        proxy::UpstreamRequest up;
-        up.head.reserve(1024);
-        up.head.append(req.method_string()).append(" ").append(upstream.base_path).append(target.text()).append(" HTTP/1.1\r\n");
-        bool from_proxy = trusted(cfg.server.trusted_proxies, peer_);
-        proxy::wire::forwardable_fields(up.head, req.base(),
-                                        from_proxy ? replaced_in_upstream_request : replaced_from_untrusted_peer);
-        up.head.append("Host: ").append(upstream.host).push_back(':');
-        up.head.append(std::to_string(upstream.port)).append("\r\n");
-        if (!upstream.api_key.empty()) up.head.append("Authorization: Bearer ").append(upstream.api_key).append("\r\n");
-        auto forwarded = req["X-Forwarded-For"];
-        up.head.append("X-Forwarded-For: ");
-        if (!forwarded.empty()) up.head.append(forwarded).append(", ");
-        up.head.append(peer_).append("\r\nX-Forwarded-Proto: http\r\n");
-        proxy::wire::field(up.head, "X-Real-IP", rec.client_ip);
-        proxy::wire::field(up.head, "X-Request-Id", rec.request_id);
         // A stream's usage arrives only if asked for: ask on the client's behalf, and hide the
         // answer from a client that did not ask.
         bool usage_injected = summary.stream && !summary.client_wants_usage;
-        if (usage_injected) up.body = cost::with_stream_usage(req.body(), summary.has_stream_options);
-        else up.body = std::move(req.body());
-        auto method = req.method();
-        if (!up.body.empty() || method == http::verb::post || method == http::verb::put || method == http::verb::patch)
-            proxy::wire::content_length(up.head, up.body.size());
-        up.head.append(proxy::wire::k_crlf);
+        proxy::ClientOrigin origin{peer_, rec.client_ip, trusted(cfg.server.trusted_proxies, peer_), rec.request_id};
+        auto up = proxy::make_upstream_request(
+            req.base(), target, upstream, origin,
+            usage_injected ? cost::with_stream_usage(req.body(), summary.has_stream_options) : std::move(req.body()));
 
         auto& pool = worker_.pool_for(upstream, worker_.worker_count);
 

@@ -7,6 +7,7 @@
 
 #include "tokengate/core/clock.hpp"
 #include "tokengate/proxy/pool.hpp"
+#include "tokengate/proxy/upstream_request.hpp"
 #include "tokengate/proxy/wire.hpp"
 
 namespace tokengate::proxy {
@@ -35,12 +36,6 @@ struct ForwardResult {
     bool response_started = false;
     std::uint64_t body_bytes = 0;
     core::Nanos first_byte_at = 0;  // clock time the upstream's response head arrived
-};
-
-/// The request as it goes upstream: its head already written out (wire.hpp), and its body.
-struct UpstreamRequest {
-    std::string head;
-    std::string body;
 };
 
 struct ForwardHooks {

@@ -1,0 +1,36 @@
+#pragma once
+
+#include <boost/beast/http/message.hpp>
+
+#include <string>
+#include <string_view>
+
+#include "tokengate/config/config.hpp"
+#include "tokengate/proxy/target.hpp"
+
+namespace tokengate::proxy {
+
+/// The request as it goes upstream: its head already written out (wire.hpp), and its body.
+struct UpstreamRequest {
+    std::string head;
+    std::string body;
+};
+
+/// Who sent the request, as the upstream is told.
+struct ClientOrigin {
+    std::string_view peer;       // the socket's address
+    std::string_view client_ip;  // the client as judged (X-Forwarded-For through trusted proxies)
+    bool peer_is_trusted_proxy = false;
+    std::string_view request_id;
+};
+
+/// Writes the upstream request: the normalised target under the upstream's base path; the
+/// client's fields less hop-by-hop ones, its key (Authorization, X-Api-Key; the upstream's own
+/// key goes instead), Host, Expect, framing and the forwarding fields the gateway sets itself
+/// (X-Forwarded-*, X-Real-IP, X-Request-Id, and Forwarded unless a trusted proxy sent it);
+/// one Content-Length framing `body`.
+UpstreamRequest make_upstream_request(const boost::beast::http::request_header<>& client, const NormalizedTarget& target,
+                                      const config::UpstreamConfig& upstream, const ClientOrigin& from,
+                                      std::string body);
+
+}  // namespace tokengate::proxy
