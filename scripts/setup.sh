@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what is missing (Debian 12 packages only) and builds tokengate.
-# usage: scripts/setup.sh [release|asan|tsan|none] [extra apt packages...]
+# usage: scripts/setup.sh [release|optimized|asan|tsan|none] [extra apt packages...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,11 +28,16 @@ fi
 case "$flavor" in
     none) exit 0 ;;  # install only
     release) opts=(-DCMAKE_BUILD_TYPE=RelWithDebInfo) ;;
+    # What users build: -O3, no debug info (the scripts' other flavors keep -g).
+    optimized) opts=(-DCMAKE_BUILD_TYPE=Release) ;;
     asan) opts=(-DCMAKE_BUILD_TYPE=Debug -DTOKENGATE_SANITIZE=ON -DTOKENGATE_BENCH=OFF) ;;
     # ThreadSanitizer: only the unit tests, whose limiter tests run threads on shared buckets.
     tsan) opts=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOKENGATE_TSAN=ON -DTOKENGATE_BENCH=OFF) ;;
     *) echo "unknown build flavor: $flavor" >&2; exit 2 ;;
 esac
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
-cmake -S . -B "build/$flavor" "${opts[@]}" > /dev/null
+# Paths relative to the checkout, and the directory left out of the hash, so that another
+# clone (CI's) reuses what this one compiled.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
+cmake -S . -B "build/$flavor" -DTOKENGATE_WERROR=ON "${opts[@]}" > /dev/null
 cmake --build "build/$flavor" -j "$(nproc)"

@@ -410,9 +410,17 @@ std::string RedisServer::commands(const std::vector<std::vector<std::string>>& l
     RawClient c(port_);
     if (!c.connected()) return "";
     std::string out;
+    // Appended piece by piece: GCC 12 at -O3 misreports "*" + to_string(...) as an overlapping copy.
+    auto length_line = [&](char kind, std::size_t n) {
+        out.push_back(kind);
+        out.append(std::to_string(n)).append("\r\n");
+    };
     for (const auto& args : list) {
-        out += "*" + std::to_string(args.size()) + "\r\n";
-        for (const auto& a : args) out += "$" + std::to_string(a.size()) + "\r\n" + a + "\r\n";
+        length_line('*', args.size());
+        for (const auto& a : args) {
+            length_line('$', a.size());
+            out.append(a).append("\r\n");
+        }
     }
     c.send_all(out);
     // Replies used here are one line each (status, integer, error): wait for all of them.
