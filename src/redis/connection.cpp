@@ -97,20 +97,20 @@ void ReplyReader::reset() {
     if (!reader_) throw std::bad_alloc();
 }
 
-void ReplyReader::feed(const char* data, std::size_t size) {
-    if (redisReaderFeed(static_cast<redisReader*>(reader_), data, size) != REDIS_OK)
-        throw std::runtime_error("redis reader: out of memory");
+bool ReplyReader::feed(const char* data, std::size_t size) {
+    return redisReaderFeed(static_cast<redisReader*>(reader_), data, size) == REDIS_OK;
 }
 
-bool ReplyReader::next(Reply& out) {
+ReplyReader::Next ReplyReader::next(Reply& out) {
     void* raw = nullptr;
-    auto* r = static_cast<redisReader*>(reader_);
-    if (redisReaderGetReply(r, &raw) != REDIS_OK) throw std::runtime_error(std::string("redis protocol error: ") + r->errstr);
-    if (!raw) return false;
+    if (redisReaderGetReply(static_cast<redisReader*>(reader_), &raw) != REDIS_OK) return Next::protocol_error;
+    if (!raw) return Next::incomplete;
     out = convert(static_cast<redisReply*>(raw));
     freeReplyObject(raw);
-    return true;
+    return Next::reply;
 }
+
+std::string_view ReplyReader::error() const { return static_cast<const redisReader*>(reader_)->errstr; }
 
 Connection::Connection(net::any_io_executor ex, Endpoint endpoint, std::vector<std::vector<std::string>> handshake,
                        StateHandler on_state)
@@ -232,19 +232,18 @@ void Connection::read() {
                 self->fail(ec == net::error::eof ? "closed by the server" : "read: " + ec.message());
                 return;
             }
-            try {
-                self->reader_.feed(self->read_buffer_.data(), n);
-                Reply reply;
-                while (self->reader_.next(reply)) {
-                    if (self->callbacks_.empty()) throw std::runtime_error("a reply nobody asked for");
-                    auto cb = std::move(self->callbacks_.front());
-                    self->callbacks_.pop_front();
-                    cb(Result{CallError::none, std::move(reply)});
-                    if (gen != self->generation_) return;  // the callback failed the connection
-                }
-            } catch (const std::exception& e) {
-                self->fail(e.what());
-                return;
+            if (!self->reader_.feed(self->read_buffer_.data(), n)) return self->fail("redis reader: out of memory");
+            Reply reply;
+            for (;;) {
+                auto next = self->reader_.next(reply);
+                if (next == ReplyReader::Next::incomplete) break;
+                if (next == ReplyReader::Next::protocol_error)
+                    return self->fail("redis protocol error: " + std::string(self->reader_.error()));
+                if (self->callbacks_.empty()) return self->fail("a reply nobody asked for");
+                auto cb = std::move(self->callbacks_.front());
+                self->callbacks_.pop_front();
+                cb(Result{CallError::none, std::move(reply)});
+                if (gen != self->generation_) return;  // the callback failed the connection
             }
             self->read();
         });

@@ -284,21 +284,20 @@ net::awaitable<Decision> RedisStore::run_decision(std::span<const Charge> charge
     auto r = co_await call(*client,
                            decide_call("", options_.config.prefix, charges, commit, lease, lease_ms, script_now_us()).args);
     if (r.ok()) {
-        try {
-            auto d = parse_decision(r.reply, charges);
+        std::string error;
+        if (auto d = parse_decision(r.reply, charges, error)) {
             breaker_.record(true);
             note_success();
             if (!commit) {
-                for (auto& s : d.statuses) s.charged = false;
-            } else if (d.allowed) {
-                d.settle_with = this;
-                d.lease = std::move(lease);
+                for (auto& s : d->statuses) s.charged = false;
+            } else if (d->allowed) {
+                d->settle_with = this;
+                d->lease = std::move(lease);
             }
             flush_retries(*client);
-            co_return d;
-        } catch (const std::exception& e) {
-            spdlog::error("redis: {}", e.what());
+            co_return std::move(*d);
         }
+        spdlog::error("redis: {}", error);
     } else if (r.error == CallError::none) {
         spdlog::error("redis refused the limiter script: {}", r.reply.str);
     }

@@ -213,16 +213,12 @@ std::string key_for(std::string_view prefix, const limiter::Charge& c) {
 
 std::string time_arg(double now_us) { return now_us < 0 ? std::string() : number_text(now_us); }
 
-long long integer_of(const Reply& r) {
-    if (r.type != Reply::Type::integer) throw std::runtime_error("redis script: expected an integer, got '" + r.str + "'");
-    return r.integer;
-}
+bool is_integer(const Reply& r) { return r.type == Reply::Type::integer; }
 
-double number_of(const Reply& r) {
+std::optional<double> number_of(const Reply& r) {
     double value = 0;
     auto [p, ec] = std::from_chars(r.str.data(), r.str.data() + r.str.size(), value);
-    if (r.type != Reply::Type::string || ec != std::errc{} || p != r.str.data() + r.str.size())
-        throw std::runtime_error("redis script: expected a number, got '" + r.str + "'");
+    if (r.type != Reply::Type::string || ec != std::errc{} || p != r.str.data() + r.str.size()) return std::nullopt;
     return value;
 }
 
@@ -308,27 +304,38 @@ ScriptCall heartbeat_call(std::string_view sha, std::string_view prefix, std::st
     return call;
 }
 
-limiter::Decision parse_decision(const Reply& reply, std::span<const limiter::Charge> charges) {
-    if (reply.type != Reply::Type::array || reply.elements.size() != 2 + 5 * charges.size())
-        throw std::runtime_error("redis script: unexpected decision reply");
+std::optional<limiter::Decision> parse_decision(const Reply& reply, std::span<const limiter::Charge> charges,
+                                                std::string& error) {
+    if (reply.type != Reply::Type::array || reply.elements.size() != 2 + 5 * charges.size() ||
+        !is_integer(reply.elements[1])) {
+        error = "redis script: unexpected decision reply";
+        return std::nullopt;
+    }
     limiter::Decision d;
     d.statuses.resize(charges.size());
     for (std::size_t i = 0; i < charges.size(); ++i) {
         const auto* e = &reply.elements[2 + 5 * i];
+        auto remaining = number_of(e[1]);
+        if (!is_integer(e[0]) || !remaining || !is_integer(e[2]) || !is_integer(e[3]) || !is_integer(e[4])) {
+            error = "redis script: malformed verdict for limit '" + charges[i].spec->name + "'";
+            return std::nullopt;
+        }
         auto& s = d.statuses[i];
         s.spec = charges[i].spec;
         s.level = charges[i].level;
         auto& v = s.verdict;
-        v.admitted = integer_of(e[0]) != 0;
-        v.remaining = number_of(e[1]);
-        v.until_full = integer_of(e[2]);
-        v.retry_after = integer_of(e[3]) < 0 ? -1 : integer_of(e[3]);
+        v.admitted = e[0].integer != 0;
+        v.remaining = *remaining;
+        v.until_full = e[2].integer;
+        v.retry_after = e[3].integer < 0 ? -1 : e[3].integer;
         v.never = v.retry_after < 0;
-        s.wait = integer_of(e[4]);
+        s.wait = e[4].integer;
     }
     limiter::resolve(d);
-    if (d.allowed != (integer_of(reply.elements[1]) != 0))
-        throw std::runtime_error("redis script: its verdict disagrees with the limits' verdicts");
+    if (d.allowed != (reply.elements[1].integer != 0)) {
+        error = "redis script: its verdict disagrees with the limits' verdicts";
+        return std::nullopt;
+    }
     return d;
 }
 

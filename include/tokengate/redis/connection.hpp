@@ -52,9 +52,13 @@ public:
     ~ReplyReader();
     ReplyReader(const ReplyReader&) = delete;
     ReplyReader& operator=(const ReplyReader&) = delete;
-    void feed(const char* data, std::size_t size);
-    /// The next complete reply, if one is buffered. Throws std::runtime_error on a protocol error.
-    bool next(Reply& out);
+    /// False if the reader could not take the bytes (out of memory).
+    bool feed(const char* data, std::size_t size);
+    enum class Next { reply, incomplete, protocol_error };
+    /// The next complete reply into `out`, if one is buffered; no exception on the data plane.
+    Next next(Reply& out);
+    /// What was wrong, after protocol_error.
+    std::string_view error() const;
     void reset();
 
 private:

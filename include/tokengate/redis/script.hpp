@@ -1,5 +1,6 @@
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,9 +34,10 @@ ScriptCall settle_call(std::string_view sha, std::string_view prefix, std::span<
 ScriptCall heartbeat_call(std::string_view sha, std::string_view prefix, std::string_view replica, double ttl_ms,
                           double now_us);
 
-/// Reads a decide/peek reply into a Decision parallel to `charges` (resolve() applied).
-/// Throws std::runtime_error on a malformed reply.
-limiter::Decision parse_decision(const Reply& reply, std::span<const limiter::Charge> charges);
+/// Reads a decide/peek reply into a Decision parallel to `charges` (resolve() applied); on a
+/// malformed reply, nothing, and `error` says what was wrong.
+std::optional<limiter::Decision> parse_decision(const Reply& reply, std::span<const limiter::Charge> charges,
+                                                std::string& error);
 
 /// Replaces the script's SHA1 (args[1]) by its text, turning EVALSHA into EVAL (after NOSCRIPT).
 void as_eval(std::vector<std::string>& args);

@@ -64,20 +64,21 @@ TEST(Resp, EncodesCommandsAndReadsRepliesInPieces) {
     std::string wire = "*3\r\n:7\r\n$5\r\nhello\r\n$-1\r\n-NOSCRIPT No matching script\r\n";
     Reply r;
     for (char c : wire.substr(0, 10)) reader.feed(&c, 1);
-    EXPECT_FALSE(reader.next(r));  // incomplete
+    EXPECT_EQ(reader.next(r), ReplyReader::Next::incomplete);
     reader.feed(wire.data() + 10, wire.size() - 10);
-    ASSERT_TRUE(reader.next(r));
+    ASSERT_EQ(reader.next(r), ReplyReader::Next::reply);
     ASSERT_EQ(r.type, Reply::Type::array);
     ASSERT_EQ(r.elements.size(), 3u);
     EXPECT_EQ(r.elements[0].integer, 7);
     EXPECT_EQ(r.elements[1].str, "hello");
     EXPECT_EQ(r.elements[2].type, Reply::Type::nil);
-    ASSERT_TRUE(reader.next(r));
+    ASSERT_EQ(reader.next(r), ReplyReader::Next::reply);
     EXPECT_TRUE(r.is_error());
     EXPECT_EQ(r.str, "NOSCRIPT No matching script");
-    EXPECT_FALSE(reader.next(r));
+    EXPECT_EQ(reader.next(r), ReplyReader::Next::incomplete);
     reader.feed("?bad\r\n", 6);
-    EXPECT_THROW(reader.next(r), std::runtime_error);
+    EXPECT_EQ(reader.next(r), ReplyReader::Next::protocol_error);
+    EXPECT_FALSE(reader.error().empty());
 }
 
 TEST(ScriptCalls, SettleOnlyWhatSettlementChanges) {
@@ -122,6 +123,44 @@ TEST(MemoryStoreShare, StandsInWithEachLimitDividedAndFull) {
     auto third = local.decide(c);
     EXPECT_FALSE(third.allowed);  // 6 ÷ 3 = 2
     EXPECT_EQ(third.statuses[0].verdict.retry_after, core::k_nanos_per_second * 3);  // rate 1/s ÷ 3
+}
+
+TEST(RedisScript, MalformedDecisionRepliesAreValuesNotExceptions) {
+    config::LimitSpec spec;
+    spec.name = "tokens";
+    std::vector<limiter::Charge> charges = {limiter::Charge{&spec, config::Level::tenant, "tenant:tokens:a", 1, "a"}};
+    auto integer = [](long long v) {
+        Reply r;
+        r.type = Reply::Type::integer;
+        r.integer = v;
+        return r;
+    };
+    auto text = [](std::string v) {
+        Reply r;
+        r.type = Reply::Type::string;
+        r.str = std::move(v);
+        return r;
+    };
+    Reply good;
+    good.type = Reply::Type::array;
+    good.elements = {integer(1), integer(1), integer(1), text("41.5"), integer(100), integer(0), integer(0)};
+    std::string error;
+    auto d = parse_decision(good, charges, error);
+    ASSERT_TRUE(d) << error;
+    EXPECT_TRUE(d->allowed);
+    EXPECT_DOUBLE_EQ(d->statuses[0].verdict.remaining, 41.5);
+
+    auto short_reply = good;
+    short_reply.elements.pop_back();
+    auto bad_number = good;
+    bad_number.elements[3] = text("4x");
+    auto disagreeing = good;
+    disagreeing.elements[1] = integer(0);
+    for (const auto& bad : {short_reply, bad_number, disagreeing, text("OK")}) {
+        error.clear();
+        EXPECT_FALSE(parse_decision(bad, charges, error));
+        EXPECT_FALSE(error.empty());
+    }
 }
 
 }  // namespace
