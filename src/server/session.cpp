@@ -15,7 +15,7 @@
 #include "tokengate/core/json_writer.hpp"
 #include "tokengate/core/sha256.hpp"
 #include "tokengate/cost/cost.hpp"
-#include "tokengate/cost/usage.hpp"
+#include "tokengate/cost/settlement.hpp"
 #include "tokengate/limiter/headers.hpp"
 #include "tokengate/proxy/forward.hpp"
 #include "tokengate/proxy/request_reader.hpp"
@@ -514,24 +514,15 @@ private:
 
         auto& pool = worker_.pool_for(upstream, worker_.worker_count);
 
-        std::optional<cost::SseUsageFilter> sse;
-        std::optional<cost::JsonUsageReader> json_usage;
+        cost::ResponseUsage observed;
         proxy::ForwardHooks hooks;
         hooks.decorate = [&](const http::response_header<>& h, std::string& head) {
             for (const auto& f : headers) proxy::wire::field(head, f.name, f.value);
             proxy::wire::field(head, "X-Request-Id", rec.request_id);
-            auto type = std::string_view(h[http::field::content_type]);
-            if (type.rfind("text/event-stream", 0) == 0)
-                sse.emplace(usage_injected && h[http::field::content_length].empty());
-            else if (type.find("json") != std::string_view::npos)
-                json_usage.emplace();
+            observed.start(h[http::field::content_type], !h[http::field::content_length].empty(), usage_injected);
         };
         hooks.replaced = replaced_in_response;
-        hooks.on_chunk = [&](std::string_view data, bool last) -> std::string_view {
-            if (sse) return sse->feed(data, last);
-            if (json_usage) json_usage->feed(data);
-            return data;
-        };
+        hooks.on_chunk = [&](std::string_view data, bool last) { return observed.feed(data, last); };
         auto forward_started = clock.now();
         services_.metrics.inflight.add({upstream.name}, 1);
         auto result = co_await proxy::forward(pool, *rt->health[upstream_index], up,
@@ -547,37 +538,24 @@ private:
         }
 
         // The actual cost: the upstream's usage, else what was streamed, else the reservation.
-        auto settle_actual = [&](bool completed) {
-            cost::Usage usage;
-            if (sse) usage = sse->usage();
-            else if (json_usage && completed) usage = json_usage->finish();
-            double factor = cost::cost_factor(cfg.models, summary.model);
-            double actual = reserved;
-            if (usage.known) {
-                rec.prompt_tokens = usage.prompt_tokens;
-                rec.completion_tokens = usage.completion_tokens;
-                actual = cost::request_cost(cfg.cost, factor, usage.prompt_tokens, usage.completion_tokens, summary.stream);
-            } else if (sse || !completed) {
-                // No usage (an older TGI, or a stream cut short): charge the input and what was sent.
-                rec.prompt_tokens = summary.input_tokens;
-                rec.completion_tokens = sse ? sse->streamed_tokens() : 0;
-                actual = cost::request_cost(cfg.cost, factor, rec.prompt_tokens, rec.completion_tokens, summary.stream);
-            } else if (result.status < 200 || result.status >= 300) {
-                actual = 0;  // an error without usage generated nothing
-            }
-            settlement.settle(actual);
-            rec.cost_settled = actual;
+        auto settle_actual = [&](cost::ExchangeEnd end) {
+            auto settled = cost::settled_cost(cfg.cost, cost::cost_factor(cfg.models, summary.model), summary, reserved,
+                                              observed, end);
+            settlement.settle(settled.cost);
+            rec.cost_settled = settled.cost;
+            rec.prompt_tokens = settled.prompt_tokens;
+            rec.completion_tokens = settled.completion_tokens;
         };
 
         switch (result.outcome) {
             case proxy::ForwardOutcome::completed:
-                settle_actual(true);
+                settle_actual({false, true, result.status});
                 rec.status = result.status;
                 record(rec);
                 co_return keep_alive;
             case proxy::ForwardOutcome::upstream_unavailable:
             case proxy::ForwardOutcome::upstream_timeout: {
-                settlement.settle(0);  // nothing was generated: refund every cost unit
+                settle_actual({true, false, result.status});
                 bool timeout = result.outcome == proxy::ForwardOutcome::upstream_timeout;
                 co_return co_await finish_error(
                     timeout ? http::status::gateway_timeout : http::status::bad_gateway, "server_error",
@@ -587,7 +565,7 @@ private:
             }
             case proxy::ForwardOutcome::upstream_broken:
             case proxy::ForwardOutcome::client_gone:
-                settle_actual(false);
+                settle_actual({false, false, result.status});
                 rec.status = result.outcome == proxy::ForwardOutcome::client_gone ? 499 : result.status;
                 record(rec);
                 co_return false;

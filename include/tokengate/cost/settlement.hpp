@@ -1,0 +1,52 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "tokengate/config/config.hpp"
+#include "tokengate/cost/cost.hpp"
+#include "tokengate/cost/usage.hpp"
+
+namespace tokengate::cost {
+
+/// Watches one upstream response for its usage, chosen by its head: an SSE stream through
+/// SseUsageFilter, a JSON body through JsonUsageReader, anything else not at all.
+class ResponseUsage {
+public:
+    /// `usage_injected`: the gateway asked for a stream's usage on the client's behalf, so the
+    /// usage chunk is hidden (only when the body may change size: no Content-Length).
+    void start(std::string_view content_type, bool has_content_length, bool usage_injected);
+    /// The bytes to forward (see SseUsageFilter::feed).
+    std::string_view feed(std::string_view data, bool last);
+    bool is_stream() const { return sse_.has_value(); }
+    /// What the upstream reported; a JSON body's only once it was read whole.
+    Usage usage(bool completed) const;
+    std::uint64_t streamed_tokens() const { return sse_ ? sse_->streamed_tokens() : 0; }
+
+private:
+    std::optional<SseUsageFilter> sse_;
+    std::optional<JsonUsageReader> json_;
+};
+
+/// How an exchange ended, as far as settlement cares.
+struct ExchangeEnd {
+    bool upstream_failed = false;  // refused, reset or timed out before any response
+    bool completed = false;        // the whole response reached the client
+    unsigned status = 0;           // the upstream's status
+};
+
+struct SettledCost {
+    double cost = 0;
+    std::uint64_t prompt_tokens = 0;
+    std::uint64_t completion_tokens = 0;
+};
+
+/// SPEC §5 and §10's settlement rule: an upstream that failed before any response refunds
+/// everything (cost 0); the upstream's usage prices the request when it came; without usage, a stream or a response cut
+/// short is charged its input and the text actually streamed; a complete non-2xx response
+/// generated nothing (0); any other complete response keeps its reservation.
+SettledCost settled_cost(const config::CostConfig& config, double cost_factor, const RequestSummary& request,
+                         double reserved, const ResponseUsage& observed, const ExchangeEnd& end);
+
+}  // namespace tokengate::cost

@@ -1,0 +1,42 @@
+#include "tokengate/cost/settlement.hpp"
+
+namespace tokengate::cost {
+
+void ResponseUsage::start(std::string_view content_type, bool has_content_length, bool usage_injected) {
+    if (content_type.rfind("text/event-stream", 0) == 0) sse_.emplace(usage_injected && !has_content_length);
+    else if (content_type.find("json") != std::string_view::npos) json_.emplace();
+}
+
+std::string_view ResponseUsage::feed(std::string_view data, bool last) {
+    if (sse_) return sse_->feed(data, last);
+    if (json_) json_->feed(data);
+    return data;
+}
+
+Usage ResponseUsage::usage(bool completed) const {
+    if (sse_) return sse_->usage();
+    if (json_ && completed) return json_->finish();
+    return {};
+}
+
+SettledCost settled_cost(const config::CostConfig& config, double cost_factor, const RequestSummary& request,
+                         double reserved, const ResponseUsage& observed, const ExchangeEnd& end) {
+    SettledCost out;
+    if (end.upstream_failed) return out;  // nothing was generated: refund every cost unit
+    auto usage = observed.usage(end.completed);
+    if (usage.known) {
+        out.prompt_tokens = usage.prompt_tokens;
+        out.completion_tokens = usage.completion_tokens;
+    } else if (observed.is_stream() || !end.completed) {
+        // No usage (an older TGI, or a stream cut short): the input and what was sent.
+        out.prompt_tokens = request.input_tokens;
+        out.completion_tokens = observed.streamed_tokens();
+    } else {
+        out.cost = end.status >= 200 && end.status < 300 ? reserved : 0;  // an error generated nothing
+        return out;
+    }
+    out.cost = request_cost(config, cost_factor, out.prompt_tokens, out.completion_tokens, request.stream);
+    return out;
+}
+
+}  // namespace tokengate::cost
