@@ -44,6 +44,10 @@ template <bool isRequest>
 void put_buffered(http::basic_parser<isRequest>& parser, boost::beast::flat_buffer& buffer,
                   boost::beast::error_code& ec) {
     while (!parser.is_done() && buffer.size() > 0) {
+        // Beast 1.81 asserts that a chunked body's last chunk is re-parsed from at least 5 bytes
+        // ("0\r\n" kept unconsumed, plus its trailer section), which a client sending byte by byte
+        // breaks. A chunked body cannot end in fewer than 5 buffered bytes, so wait for them.
+        if (parser.is_header_done() && parser.chunked() && buffer.size() < 5) return;
         auto used = parser.put(buffer.data(), ec);
         buffer.consume(used);
         if (ec == http::error::need_more || ec == http::error::need_buffer) {
