@@ -146,17 +146,37 @@ net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& heal
         response.body().data = chunk.data();
         response.body().size = chunk.size();
         conn->stream.expires_after(ns(cfg.stream_idle_timeout));
-        auto [rec, rn] = co_await http::async_read_some(conn->stream, conn->buffer, *parser, k_use);
-        if (rec && rec != http::error::need_buffer) {
+        // One read often brings several upstream chunks (SSE events); Beast's parser yields one
+        // per call. Take in everything buffered, so they leave in one send, not one each; read
+        // only when that gave no body byte. (Not http::async_read_some: it feeds the parser in
+        // the way Beast 1.81 asserts on, see wire::put_buffered.)
+        beast::error_code drain_error;
+        wire::put_buffered(*parser, conn->buffer, drain_error);
+        while (!drain_error && !parser->is_done() && response.body().size == chunk.size()) {
+            // Unparsed bytes pile up only in a chunk line or trailers that never end.
+            if (conn->buffer.size() >= k_upstream_header_limit) {
+                drain_error = http::error::buffer_overflow;
+                break;
+            }
+            auto room = conn->buffer.capacity() - conn->buffer.size();
+            auto [rec, rn] = co_await conn->stream.async_read_some(conn->buffer.prepare(room >= 4096 ? room : 16384), k_use);
+            if (rec == net::error::eof && parser->got_some()) {
+                parser->put_eof(drain_error);  // completes a body that ends with the connection
+                break;
+            }
+            if (rec) {
+                drain_error = rec;
+                break;
+            }
+            conn->buffer.commit(rn);
+            wire::put_buffered(*parser, conn->buffer, drain_error);
+        }
+        bool last = parser->is_done();
+        std::string_view piece(chunk.data(), chunk.size() - response.body().size);
+        if (drain_error && piece.empty()) {
             upstream_failed = true;
             break;
         }
-        // One read often brings several upstream chunks (SSE events); Beast's parser yields one
-        // per call. Take in everything already buffered, so they leave in one send, not one each.
-        beast::error_code drain_error;
-        wire::put_buffered(*parser, conn->buffer, drain_error);
-        bool last = parser->is_done();
-        std::string_view piece(chunk.data(), chunk.size() - response.body().size);
         if (hooks.on_chunk) piece = hooks.on_chunk(piece, last);
         // Nothing to send yet (only chunk framing was parsed, or the hook holds a partial event).
         if (piece.empty() && !last) {

@@ -5,6 +5,7 @@
 // received, so a test can see exactly what the gateway forwarded.
 
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -23,11 +24,12 @@ namespace tokengate::testing {
 class ScriptedUpstream {
 public:
     struct Reply {
-        Reply(std::string now_bytes = {}, std::string later_bytes = {}, int ms = 0)
-            : now(std::move(now_bytes)), later(std::move(later_bytes)), later_ms(ms) {}
-        std::string now;    // sent at once
+        Reply(std::string now_bytes = {}, std::string later_bytes = {}, int ms = 0, bool one_byte_at_a_time = false)
+            : now(std::move(now_bytes)), later(std::move(later_bytes)), later_ms(ms), drip(one_byte_at_a_time) {}
+        std::string now;    // sent at once (or a byte at a time, with `drip`)
         std::string later;  // sent `later_ms` after, unasked for
         int later_ms = 0;
+        bool drip = false;
     };
     /// `script(head, body)` answers one request: its head (request line and fields) and body.
     using Script = std::function<Reply(const std::string& head, const std::string& body)>;
@@ -95,7 +97,16 @@ private:
                 heads_.push_back(head);
             }
             auto reply = script_(head, body);
-            ::send(c, reply.now.data(), reply.now.size(), MSG_NOSIGNAL);
+            if (reply.drip) {
+                int one = 1;
+                ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+                for (char byte : reply.now) {
+                    ::send(c, &byte, 1, MSG_NOSIGNAL);
+                    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                }
+            } else {
+                ::send(c, reply.now.data(), reply.now.size(), MSG_NOSIGNAL);
+            }
             if (!reply.later.empty()) {
                 std::this_thread::sleep_for(std::chrono::milliseconds(reply.later_ms));
                 ::send(c, reply.later.data(), reply.later.size(), MSG_NOSIGNAL);
