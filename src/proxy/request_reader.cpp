@@ -42,11 +42,9 @@ RequestErrorText describe(RequestError error) {
 }
 
 std::optional<std::size_t> header_section_end(std::string_view bytes, std::size_t from) {
-    for (std::size_t i = from; i < bytes.size(); ++i) {
-        if (bytes[i] != '\n') continue;
-        if (i >= 3 && bytes.compare(i - 3, 4, "\r\n\r\n") == 0) return i + 1;
-    }
-    return std::nullopt;
+    auto at = bytes.find("\r\n\r\n", from);
+    if (at == std::string_view::npos) return std::nullopt;
+    return at + 4;
 }
 
 bool has_obs_fold(std::string_view head) {

@@ -34,6 +34,19 @@ bool starts_with_nocase(std::string_view s, std::string_view prefix) {
     return true;
 }
 
+/// A path already in normal form (the usual case): no escape, parameter, forbidden byte,
+/// empty or dot segment, or trailing slash. One pass, no allocation but the copy.
+bool already_normal(std::string_view path) {
+    for (std::size_t i = 0; i < path.size(); ++i) {
+        auto c = static_cast<unsigned char>(path[i]);
+        if (c == '%' || c == ';' || c == '#' || forbidden(c)) return false;
+        if (c != '/') continue;
+        if (i + 1 == path.size()) return i == 0;  // "/" alone is normal, a trailing one is not
+        if (path[i + 1] == '/' || path[i + 1] == '.') return false;  // "//", or maybe "/." or "/.."
+    }
+    return true;
+}
+
 }  // namespace
 
 std::string NormalizedTarget::text() const {
@@ -60,6 +73,11 @@ NormalizedTarget normalize_target(std::string_view target) {
     std::string_view raw_path = target.substr(0, question);
     NormalizedTarget out;
     if (question != std::string_view::npos) out.query = target.substr(question + 1);
+    if (already_normal(raw_path)) {
+        out.ok = true;
+        out.path = std::string(raw_path);
+        return out;
+    }
     if (raw_path.find('#') != std::string_view::npos) return refuse("a fragment in the request target");
 
     std::vector<std::string> segments;
