@@ -82,6 +82,7 @@ Request fault_chat(bool stream = false) {
 
 /// After each fault: the concurrency slot is free again and the refund came back.
 void expect_settled(const GatewayUnderTest& gw, const std::string& remaining_tokens) {
+    EXPECT_TRUE(gw.wait_settled(1)) << "every admitted request settled";
     auto next = gw.request(Request{"POST", "/v1/chat/completions", {{"Authorization", "Bearer k1"}}, chat_body("m", "hi", 1, false)});
     EXPECT_EQ(next.status, 200) << "the concurrency slot was released: " << next.body;
     EXPECT_EQ(next.header("x-ratelimit-remaining-tokens"), remaining_tokens);

@@ -442,6 +442,15 @@ bool GatewayUnderTest::wait_settled(double admitted, std::chrono::milliseconds t
     }
 }
 
+std::string GatewayUnderTest::metrics_after(double answered, std::chrono::milliseconds timeout) const {
+    auto deadline = clock_type::now() + timeout;
+    for (;;) {
+        auto m = send_request(admin_port_, Request{"GET", "/metrics", {}, ""}).body;
+        if (metric_total(m, "tokengate_requests_total") >= answered || clock_type::now() > deadline) return m;
+        std::this_thread::sleep_for(20ms);
+    }
+}
+
 void GatewayUnderTest::rewrite_config(const std::string& config_body) const {
     std::string tmp = dir_.path() + "/gateway.yaml.tmp";
     std::ofstream(tmp) << config_head_ << config_body;

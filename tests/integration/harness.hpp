@@ -165,6 +165,9 @@ public:
     /// Waits until every admitted request has been settled (tokengate_admitted_total equals
     /// tokengate_settled_total, with at least `admitted` admissions): no guessing with sleeps.
     bool wait_settled(double admitted, std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
+    /// /metrics once at least `answered` requests are counted in it: a request's access line
+    /// and metrics are recorded just after its last byte reached the client.
+    std::string metrics_after(double answered, std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
     /// Rewrites the config file (same listeners) for reload tests.
     void rewrite_config(const std::string& config_body) const;
     std::string log() const { return read_file(dir_.path() + "/gateway.log"); }

@@ -45,7 +45,7 @@ TEST(Shaping, ReleasesABurstAtTheConfiguredRate) {
         done.push_back(at);
     }
     std::sort(done.begin(), done.end());
-    auto metrics = send_request(gw.admin_port(), Request{"GET", "/metrics", {}, ""}).body;
+    auto metrics = gw.metrics_after(6);
     EXPECT_NE(metrics.find("tokengate_queue_wait_seconds_count{limit=\"gpu\"} 5"), std::string::npos)
         << "five of six waited: " << metrics;
     // Starts are 200 ms apart: the sixth cannot finish before 1 s, and only the first can finish

@@ -48,6 +48,7 @@ TEST(Settlement, StreamUsageIsHiddenFromAClientThatDidNotAskAndSettled) {
     EXPECT_NE(plain.body.find("[DONE]"), std::string::npos);
     EXPECT_EQ(plain.body.find("usage"), std::string::npos) << plain.body;
     EXPECT_EQ(plain.header("x-ratelimit-remaining-tokens"), "88") << "reserved 1 + 10 + 1";
+    ASSERT_TRUE(gw.wait_settled(1));
 
     auto asked = gw.request(chat(500, true, /*include_usage=*/true));
     ASSERT_EQ(asked.status, 200);
@@ -79,6 +80,7 @@ TEST(Settlement, UpstreamFailureBeforeOutputRefundsInFull) {
                                      {{"Authorization", "Bearer k1"}, {"x-mock-status", "503"}},
                                      chat_body("m", "hi", 500, false)});
     EXPECT_EQ(failed.status, 503);
+    ASSERT_TRUE(gw.wait_settled(1)) << "a relayed response settles after its last byte";
     auto next = gw.request(chat(50, false));
     EXPECT_EQ(next.header("x-ratelimit-remaining-tokens"), "98") << "only the new reservation";
 }
