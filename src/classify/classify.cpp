@@ -21,8 +21,7 @@ void add_level(std::vector<limiter::Charge>& out, const std::vector<config::Limi
         limiter::Charge c;
         c.spec = &spec;
         c.level = level;
-        c.key.reserve(spec.name.size() + subject.size() + 10);
-        c.key.append(config::to_string(level)).append(":").append(spec.name).append(":").append(subject);
+        c.key = bucket_key(level, spec.name, subject);
         c.amount = spec.unit == config::Unit::cost ? facts.cost : 1.0;
         c.tenant = facts.tenant_id;
         out.push_back(std::move(c));
@@ -30,6 +29,22 @@ void add_level(std::vector<limiter::Charge>& out, const std::vector<config::Limi
 }
 
 }  // namespace
+
+std::string bucket_key(Level level, std::string_view limit, std::string_view subject) {
+    std::string_view level_name = config::to_string(level);
+    std::string key;
+    key.reserve(level_name.size() + limit.size() + subject.size() + 2);
+    key.append(level_name).append(":").append(limit).append(":").append(subject);
+    return key;
+}
+
+std::vector<limiter::Charge> tenant_charges(const config::TenantConfig& tenant) {
+    std::vector<limiter::Charge> charges;
+    charges.reserve(tenant.limits.size());
+    for (const auto& spec : tenant.limits)
+        charges.push_back({&spec, Level::tenant, bucket_key(Level::tenant, spec.name, tenant.id), 0, tenant.id});
+    return charges;
+}
 
 bool limit_applies(const config::LimitSpec& spec, std::string_view model) {
     return spec.models.empty() || any_glob(spec.models, model);

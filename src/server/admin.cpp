@@ -13,6 +13,7 @@
 #include "linger.hpp"
 #include "services.hpp"
 #include "tokengate/auth/key_table.hpp"
+#include "tokengate/classify/classify.hpp"
 #include "tokengate/core/sha256.hpp"
 #include "tokengate/limiter/headers.hpp"
 #include "tokengate/proxy/target.hpp"
@@ -80,14 +81,6 @@ Response tenant_state(const config::TenantConfig& tenant, const limiter::Decisio
     json limits = json::array();
     for (const auto& s : state.statuses) limits.push_back(limit_json(s));
     return json_response(http::status::ok, {{"tenant", tenant.id}, {"limits", limits}});
-}
-
-/// The tenant-level charges whose state GET /admin/tenants/{id} shows.
-std::vector<limiter::Charge> tenant_charges(const config::TenantConfig& tenant) {
-    std::vector<limiter::Charge> charges;
-    for (const auto& spec : tenant.limits)
-        charges.push_back({&spec, config::Level::tenant, "tenant:" + spec.name + ":" + tenant.id, 0, tenant.id});
-    return charges;
 }
 
 /// POST /admin/explain's input, admitted (nothing charged), or the error to answer.
@@ -184,7 +177,7 @@ net::awaitable<Response> handle(Services& services, const http::request<http::st
         const auto& tenants = rt->config->tenants;
         auto tenant = std::find_if(tenants.begin(), tenants.end(), [&](const auto& t) { return t.id == id; });
         if (tenant == tenants.end()) co_return admin_error(http::status::not_found, "not_found", "No such tenant.");
-        auto charges = tenant_charges(*tenant);
+        auto charges = classify::tenant_charges(*tenant);
         co_return tenant_state(*tenant, co_await peek(services, charges));
     }
     if (req.method() == http::verb::post && path == "/admin/reload") {

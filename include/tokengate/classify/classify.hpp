@@ -1,6 +1,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -25,6 +26,13 @@ struct RequestFacts {
 /// Every limit that applies to a request, at every level, as charges to decide on at once.
 std::vector<limiter::Charge> applicable_limits(const config::GatewayConfig& config,
                                                const RequestFacts& facts);
+
+/// A bucket's identity in every store: "<level>:<limit name>:<subject>" (the tenant id, the
+/// client IP, the route path, or "*").
+std::string bucket_key(config::Level level, std::string_view limit, std::string_view subject);
+
+/// The tenant-level charges (amount 0) whose state GET /admin/tenants/{id} shows.
+std::vector<limiter::Charge> tenant_charges(const config::TenantConfig& tenant);
 
 /// Whether a limit with a `models:` filter applies to this model.
 bool limit_applies(const config::LimitSpec& spec, std::string_view model);

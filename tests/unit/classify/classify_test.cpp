@@ -53,3 +53,23 @@ TEST(ApplicableLimits, EveryLevelWithModelFilters) {
 
 }  // namespace
 }  // namespace tokengate::classify
+
+namespace tokengate::classify {
+namespace {
+
+TEST(Classify, BucketKeysAreSpelledInOnePlace) {
+    EXPECT_EQ(bucket_key(config::Level::tenant, "tokens", "acme"), "tenant:tokens:acme");
+    EXPECT_EQ(bucket_key(config::Level::global, "gpu", "*"), "global:gpu:*");
+    config::TenantConfig tenant;
+    tenant.id = "acme";
+    tenant.limits.resize(2);
+    tenant.limits[0].name = "tokens";
+    tenant.limits[1].name = "requests";
+    auto charges = tenant_charges(tenant);
+    ASSERT_EQ(charges.size(), 2u);
+    EXPECT_EQ(charges[1].key, "tenant:requests:acme");
+    EXPECT_EQ(charges[1].amount, 0) << "a view charges nothing";
+}
+
+}  // namespace
+}  // namespace tokengate::classify
