@@ -313,14 +313,16 @@ TEST(Attacks, AnUntrustedClientCannotClaimAnAddressUpstream) {
 TEST(Attacks, DiagnosticsGoToStderrNotTheAccessLog) {
     TempDir dir;
     auto port = free_port();
+    auto admin_port = free_port();  // not the default 9090, which a running demo may hold
     auto write_config = [&](const std::string& extra) {
         std::ofstream(dir.path() + "/gw.yaml") << "server:\n  listen: 127.0.0.1:" << port
+                                               << "\nadmin:\n  listen: 127.0.0.1:" << admin_port
                                                << "\nupstreams:\n  - { name: u, url: http://127.0.0.1:1 }\nroutes:\n"
                                                   "  - { path: /v1/x, upstreams: [u] }\ntenants: []\n" << extra;
     };
     write_config("");
     Process gw({gateway_binary(), "serve", "-c", dir.path() + "/gw.yaml"}, dir.path() + "/stdout.txt", dir.path() + "/stderr.txt");
-    ASSERT_TRUE(wait_for_output(gw, dir.path() + "/stderr.txt", "listening on")) << read_file(dir.path() + "/stdout.txt");
+    ASSERT_TRUE(wait_for_output(gw, dir.path() + "/stderr.txt", "listening on")) << read_file(dir.path() + "/stderr.txt");
     write_config("bogus_key: 1\n");
     ::kill(gw.pid(), SIGHUP);
     ASSERT_TRUE(wait_for_output(gw, dir.path() + "/stderr.txt", "reload")) << read_file(dir.path() + "/stdout.txt");

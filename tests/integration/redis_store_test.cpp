@@ -189,7 +189,7 @@ TEST(RedisStore, ExtremeValuesAgreeWithTheMemoryStore) {
         auto subject = "acme-" + std::to_string(generation[which]);
         std::vector<Charge> charges = {charge(s, Level::tenant, subject, cost)};
         if (step % 4 == 0) charges.push_back(charge(gpu, Level::global, "*", std::min(cost, 2.0)));
-        const auto& before = memory.peek(charges).statuses[0].verdict;
+        auto before = memory.peek(charges).statuses[0].verdict;  // a copy: the Decision is a temporary
         double level = before.admitted ? before.remaining + cost : before.remaining;  // before this request
         auto m = memory.decide(charges);
         auto r = f.run(true, charges);
