@@ -9,18 +9,21 @@ namespace tokengate::metrics {
 
 namespace {
 
+/// One label value's part of a series key (the index's and the per-thread caches' alike).
+void append_key_part(std::string& key, std::string_view value) { key.append(bounded_label(value)).push_back('\x1f'); }
+
 /// The series key of a label set, behind the family's id, built in a per-thread buffer:
 /// updates run on every request.
 std::string_view join(std::uint64_t family, std::initializer_list<std::string_view> labels) {
     thread_local std::string key;
     key.assign(reinterpret_cast<const char*>(&family), sizeof family);
-    for (auto l : labels) key.append(bounded_label(l)).push_back('\x1f');
+    for (auto l : labels) append_key_part(key, l);
     return key;
 }
 
 std::string key_of(const std::vector<std::string>& values) {
     std::string key;
-    for (const auto& v : values) key.append(v).push_back('\x1f');
+    for (const auto& v : values) append_key_part(key, v);
     return key;
 }
 
