@@ -49,12 +49,16 @@ bool already_normal(std::string_view path) {
 
 }  // namespace
 
-std::string NormalizedTarget::text() const {
-    if (query.empty()) return path;
-    std::string out;
-    out.reserve(path.size() + 1 + query.size());
-    out.append(path).push_back('?');
+void NormalizedTarget::append_to(std::string& out) const {
+    out.append(path);
+    if (query.empty()) return;
+    out.push_back('?');
     out.append(query);
+}
+
+std::string NormalizedTarget::text() const {
+    std::string out;
+    append_to(out);
     return out;
 }
 

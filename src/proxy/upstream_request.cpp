@@ -38,8 +38,8 @@ UpstreamRequest make_upstream_request(const http::request_header<>& client, cons
     UpstreamRequest up;
     auto& head = up.head;
     head.reserve(1024);
-    head.append(client.method_string()).append(" ").append(upstream.base_path).append(target.path);
-    if (!target.query.empty()) head.append("?").append(target.query);
+    head.append(client.method_string()).append(" ").append(upstream.base_path);
+    target.append_to(head);
     head.append(" HTTP/1.1\r\n");
     wire::forwardable_fields(head, client,
                              from.peer_is_trusted_proxy ? replaced_in_upstream_request : replaced_from_untrusted_peer);

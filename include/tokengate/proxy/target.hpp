@@ -11,7 +11,8 @@ struct NormalizedTarget {
     std::string path;        // normalised, always starting with '/'
     std::string_view query;  // verbatim, without the '?' (a view into the original target)
     std::string_view why;    // when !ok: what was wrong, for the 400
-    /// path, then '?' and the query if there is one.
+    /// Appends path, then '?' and the query if there is one.
+    void append_to(std::string& out) const;
     std::string text() const;
 };
 
