@@ -1,6 +1,6 @@
 #include "tokengate/classify/classify.hpp"
 
-#include "tokengate/config/loader.hpp"
+#include "tokengate/config/config.hpp"
 
 namespace tokengate::classify {
 
@@ -14,11 +14,11 @@ bool any_glob(const std::vector<std::string>& patterns, std::string_view text) {
     return false;
 }
 
-void add_level(std::vector<limiter::Charge>& out, const std::vector<config::LimitSpec>& specs,
+void add_level(std::vector<config::Charge>& out, const std::vector<config::LimitSpec>& specs,
                Level level, std::string_view subject, const RequestFacts& facts) {
     for (const auto& spec : specs) {
         if (!limit_applies(spec, facts.model)) continue;
-        limiter::Charge c;
+        config::Charge c;
         c.spec = &spec;
         c.level = level;
         c.key = bucket_key(level, spec.name, subject);
@@ -38,8 +38,8 @@ std::string bucket_key(Level level, std::string_view limit, std::string_view sub
     return key;
 }
 
-std::vector<limiter::Charge> tenant_charges(const config::TenantConfig& tenant) {
-    std::vector<limiter::Charge> charges;
+std::vector<config::Charge> tenant_charges(const config::TenantConfig& tenant) {
+    std::vector<config::Charge> charges;
     charges.reserve(tenant.limits.size());
     for (const auto& spec : tenant.limits)
         charges.push_back({&spec, Level::tenant, bucket_key(Level::tenant, spec.name, tenant.id), 0, tenant.id});
@@ -60,9 +60,9 @@ std::optional<std::size_t> match_route(const config::GatewayConfig& config, std:
     return std::nullopt;
 }
 
-std::vector<limiter::Charge> applicable_limits(const config::GatewayConfig& config,
+std::vector<config::Charge> applicable_limits(const config::GatewayConfig& config,
                                                const RequestFacts& facts) {
-    std::vector<limiter::Charge> out;
+    std::vector<config::Charge> out;
     const auto& tenant = config.tenants[facts.tenant];
     out.reserve(tenant.limits.size() + config.ip_limits.size() + config.routes[facts.route].limits.size() +
                 config.global_limits.size());

@@ -16,27 +16,6 @@
 
 namespace tokengate::config {
 
-const char* to_string(Level level) {
-    switch (level) {
-        case Level::tenant: return "tenant";
-        case Level::ip: return "ip";
-        case Level::route: return "route";
-        case Level::global: return "global";
-    }
-    return "?";
-}
-
-const char* to_string(Algorithm algorithm) {
-    switch (algorithm) {
-        case Algorithm::token_bucket: return "token_bucket";
-        case Algorithm::leaky_bucket: return "leaky_bucket";
-        case Algorithm::concurrency: return "concurrency";
-    }
-    return "?";
-}
-
-const char* to_string(Unit unit) { return unit == Unit::cost ? "cost" : "requests"; }
-
 ConfigError::ConfigError(std::string file, int line, int column, std::string message)
     : std::runtime_error(file + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " +
                          message),
@@ -44,26 +23,6 @@ ConfigError::ConfigError(std::string file, int line, int column, std::string mes
       line_(line),
       column_(column),
       message_(std::move(message)) {}
-
-bool glob_match(std::string_view pattern, std::string_view text) {
-    std::size_t p = 0, t = 0, star = std::string_view::npos, mark = 0;
-    while (t < text.size()) {
-        if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
-            ++p;
-            ++t;
-        } else if (p < pattern.size() && pattern[p] == '*') {
-            star = p++;
-            mark = t;
-        } else if (star != std::string_view::npos) {
-            p = star + 1;
-            t = ++mark;
-        } else {
-            return false;
-        }
-    }
-    while (p < pattern.size() && pattern[p] == '*') ++p;
-    return p == pattern.size();
-}
 
 namespace {
 

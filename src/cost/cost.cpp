@@ -7,7 +7,7 @@
 #include <cmath>
 #include <optional>
 
-#include "tokengate/config/loader.hpp"
+#include "tokengate/config/config.hpp"
 #include "tokengate/cost/bpe.hpp"
 
 namespace tokengate::cost {

@@ -5,6 +5,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
 
@@ -271,6 +272,16 @@ net::awaitable<Decision> RedisStore::decide(std::span<const Charge> charges) {
 
 net::awaitable<Decision> RedisStore::peek(std::span<const Charge> charges) {
     co_return co_await run_decision(charges, false);
+}
+
+net::awaitable<bool> RedisStore::wait_ready(std::chrono::nanoseconds limit) {
+    net::steady_timer timer(co_await net::this_coro::executor);
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!connected() && std::chrono::steady_clock::now() < deadline) {
+        timer.expires_after(std::chrono::milliseconds(10));
+        co_await timer.async_wait(net::as_tuple(net::use_awaitable));
+    }
+    co_return connected();
 }
 
 net::awaitable<Decision> RedisStore::run_decision(std::span<const Charge> charges, bool commit) {

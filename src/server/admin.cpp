@@ -9,8 +9,9 @@
 #include <optional>
 #include <variant>
 
-#include "admission.hpp"
 #include "linger.hpp"
+#include "pipeline/admit.hpp"
+#include "pipeline/limit.hpp"
 #include "services.hpp"
 #include "tokengate/auth/key_table.hpp"
 #include "tokengate/classify/classify.hpp"
@@ -66,11 +67,6 @@ json limit_json(const limiter::LimitStatus& s) {
             {"enforce", s.spec->enforce}};
 }
 
-net::awaitable<limiter::Decision> peek(Services& services, const std::vector<limiter::Charge>& charges) {
-    if (services.redis) co_return co_await services.redis->peek(charges);
-    co_return services.store.peek(charges);
-}
-
 Response limiter_unavailable() {
     return admin_error(http::status::service_unavailable, "rate_limiter_unavailable",
                        "The shared rate limiter (Redis) is unavailable and on_error is fail_closed.");
@@ -84,7 +80,7 @@ Response tenant_state(const config::TenantConfig& tenant, const limiter::Decisio
 }
 
 /// POST /admin/explain's input, admitted (nothing charged), or the error to answer.
-std::variant<Admission, Response> explain_admission(const Runtime& rt, const std::string& body) {
+std::variant<pipeline::Admitted, Response> explain_admission(const Runtime& rt, const std::string& body) {
     json in = json::parse(body, nullptr, false);
     if (!in.is_object() || !in.contains("key") || !in["key"].is_string())
         return admin_error(http::status::bad_request, "invalid_body",
@@ -98,20 +94,16 @@ std::variant<Admission, Response> explain_admission(const Runtime& rt, const std
     auto client_ip = text("client_ip", "127.0.0.1");
     if (!path || !client_ip) return admin_error(http::status::bad_request, "invalid_body", "'path' and 'client_ip' must be strings.");
     auto target = proxy::normalize_target(*path);  // as the data plane matches it
-    if (!target.ok) return admin_error(http::status::bad_request, "invalid_path", "Refused path: " + std::string(target.why) + ".");
     std::string request_body = in.contains("body") ? in["body"].dump() : std::string();
-    auto a = admit_request(rt, in["key"].get<std::string>(), target.path, *client_ip, request_body);
-    switch (a.error) {
-        case Admission::Error::none: break;
-        case Admission::Error::unauthorized: return admin_error(http::status::bad_request, "invalid_api_key", a.message);
-        case Admission::Error::invalid_json: return admin_error(http::status::bad_request, "invalid_json", a.message);
-        case Admission::Error::invalid_body: return admin_error(http::status::bad_request, "invalid_body", a.message);
-        case Admission::Error::no_route: return admin_error(http::status::bad_request, "not_found", a.message);
-    }
-    return a;
+    auto key = in["key"].get<std::string>();
+    std::optional<auth::Principal> who;
+    // The data plane's own admission: a refusal there is this call's 400, with the same code.
+    auto admitted = pipeline::admit(rt, {key, target, *client_ip, request_body}, who);
+    if (auto* no = std::get_if<pipeline::Rejection>(&admitted)) return admin_error(http::status::bad_request, no->code, no->message);
+    return std::get<pipeline::Admitted>(std::move(admitted));
 }
 
-Response explain(Services& services, const Runtime& rt, const Admission& a, const limiter::Decision& decision) {
+Response explain(Services& services, const Runtime& rt, const pipeline::Admitted& a, const limiter::Decision& decision) {
     if (decision.unavailable) return limiter_unavailable();
     json limits = json::array();
     for (std::size_t i = 0; i < decision.statuses.size(); ++i) {
@@ -125,7 +117,7 @@ Response explain(Services& services, const Runtime& rt, const Admission& a, cons
     json headers = json::object();
     for (const auto& h : limiter::rate_limit_headers(decision, services.clock.unix_now())) headers[h.name] = h.value;
     const auto& cfg = *rt.config;
-    json out = {{"tenant", cfg.tenants[a.principal->tenant].id},
+    json out = {{"tenant", cfg.tenants[a.principal.tenant].id},
                 {"route", cfg.routes[a.route].path},
                 {"model", a.summary.model},
                 {"input_tokens", a.summary.input_tokens},
@@ -151,15 +143,13 @@ net::awaitable<Response> handle(Services& services, const http::request<http::st
     if (get && path == "/readyz") {
         bool draining = services.draining.load();
         // fail_closed without Redis would refuse everything: send traffic elsewhere.
-        bool limiter_down = services.redis && !services.redis->connected() &&
-                            rt->config->store.redis.on_error == config::OnStoreError::fail_closed;
+        bool limiter_down = services.store->refusing();
         co_return json_response(draining || limiter_down ? http::status::service_unavailable : http::status::ok,
                                 {{"status", draining ? "draining" : limiter_down ? "rate_limiter_unavailable" : "ready"}});
     }
     if (get && path == "/metrics") {
         services.metrics.queue_depth.clear();
-        auto& queues = services.redis ? services.redis->local() : services.store;
-        for (const auto& [key, depth] : queues.queue_depths())
+        for (const auto& [key, depth] : services.store->local().queue_depths())
             services.metrics.queue_depth.set({key}, static_cast<double>(depth));
         Response res{http::status::ok, 11};
         res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
@@ -178,7 +168,7 @@ net::awaitable<Response> handle(Services& services, const http::request<http::st
         auto tenant = std::find_if(tenants.begin(), tenants.end(), [&](const auto& t) { return t.id == id; });
         if (tenant == tenants.end()) co_return admin_error(http::status::not_found, "not_found", "No such tenant.");
         auto charges = classify::tenant_charges(*tenant);
-        co_return tenant_state(*tenant, co_await peek(services, charges));
+        co_return tenant_state(*tenant, co_await pipeline::preview(*services.store, charges));
     }
     if (req.method() == http::verb::post && path == "/admin/reload") {
         std::string error;
@@ -188,8 +178,8 @@ net::awaitable<Response> handle(Services& services, const http::request<http::st
     if (req.method() == http::verb::post && path == "/admin/explain") {
         auto admitted = explain_admission(*rt, req.body());
         if (auto* error = std::get_if<Response>(&admitted)) co_return std::move(*error);
-        const auto& a = std::get<Admission>(admitted);
-        co_return explain(services, *rt, a, co_await peek(services, a.charges));
+        const auto& a = std::get<pipeline::Admitted>(admitted);
+        co_return explain(services, *rt, a, co_await pipeline::preview(*services.store, a.charges));
     }
     co_return admin_error(http::status::not_found, "not_found", "Unknown admin path.");
 }

@@ -30,8 +30,6 @@ void log_exception(std::exception_ptr e) {
     }
 }
 
-const std::vector<double> k_latency_buckets = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
-
 class GatewayImpl final : public Gateway {
 public:
     GatewayImpl(std::shared_ptr<const config::GatewayConfig> config, std::string config_path,
@@ -65,15 +63,8 @@ public:
             acc.listen();
             admin_port_ = acc.local_endpoint().port();
         }
-        if (config->store.backend == config::StoreBackend::redis) {
-            // Last: nothing that can still fail may follow connections bound to the loops.
-            const auto& rc = config->store.redis;
-            services_.redis = std::make_unique<redis::RedisStore>(redis::options_from_env(rc), clock, services_.registry);
-            // store.redis.pool connections in all, split over the workers' event loops.
-            unsigned per_worker = std::max(1u, (rc.pool + threads - 1) / threads);
-            for (auto& w : workers_) services_.redis->attach(w->ioc.get_executor(), per_worker);
-            services_.redis->start_heartbeat(workers_.front()->ioc.get_executor());
-        }
+        // Last: nothing that can still fail may follow connections bound to the loops.
+        services_.store = make_store(*config, clock, services_.registry, workers_);
     }
 
     void run() override {
@@ -86,7 +77,7 @@ public:
         run_worker(*workers_.front());
         for (auto& t : threads) t.join();
         for (auto& w : workers_) w->flush_access_log();  // the loops are done: no line stays behind
-        if (services_.redis) services_.redis->stop();
+        services_.store->stop();
     }
 
     void drain() override {
@@ -113,8 +104,7 @@ public:
         if (config->server.host != previous->config->server.host || config->server.port != previous->config->server.port)
             spdlog::warn("reload: server.listen changed; it takes effect only at restart");
         const auto& was = previous->config->store;
-        if (config->store.backend != was.backend || config->store.redis.url != was.redis.url ||
-            config->store.redis.pool != was.redis.pool)
+        if (store_changed(was, config->store))
             spdlog::warn("reload: store backend, URL and pool take effect only at restart");
         services_.runtime.set(std::make_shared<const Runtime>(std::move(config), previous.get()));
     }
@@ -183,18 +173,12 @@ private:
         }
     }
 
-    /// With a Redis store, the first requests wait (in the listen backlog, up to 3 s) for its
+    /// With a shared store, the first requests wait (in the listen backlog, up to 3 s) for its
     /// connections rather than all falling back at startup.
     net::awaitable<void> wait_for_store(Worker& w) {
-        if (!services_.redis) co_return;
-        net::steady_timer timer(w.ioc);
-        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-        while (!services_.redis->connected() && std::chrono::steady_clock::now() < deadline) {
-            timer.expires_after(std::chrono::milliseconds(10));
-            co_await timer.async_wait(k_use);
-        }
-        if (!services_.redis->connected() && &w == workers_.front().get())
-            spdlog::warn("redis is not reachable yet; serving with on_error until it is");
+        bool ready = co_await services_.store->wait_ready(std::chrono::seconds(3));
+        if (!ready && &w == workers_.front().get())
+            spdlog::warn("the store is not reachable yet; serving with on_error until it is");
     }
 
     net::awaitable<void> admin_accept_loop() {
@@ -214,8 +198,7 @@ private:
             timer.expires_after(std::chrono::seconds(10));
             auto [ec] = co_await timer.async_wait(k_use);
             if (ec) co_return;
-            services_.store.evict_idle();
-            if (services_.redis) services_.redis->local().evict_idle();
+            services_.store->local().evict_idle();
         }
     }
 
@@ -228,15 +211,14 @@ private:
         }
         if (services_.open_connections.load() > 0)
             spdlog::warn("drain timeout: closing {} connections still open", services_.open_connections.load());
-        // Settlements still on their way to Redis get a moment to land.
+        // Settlements still on their way to a shared store get a moment to land.
         auto settle_deadline = std::max(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(2));
-        while (services_.redis && services_.redis->settlements_outstanding() > 0 &&
-               std::chrono::steady_clock::now() < settle_deadline) {
+        while (services_.store->settlements_outstanding() > 0 && std::chrono::steady_clock::now() < settle_deadline) {
             timer.expires_after(std::chrono::milliseconds(20));
             co_await timer.async_wait(k_use);
         }
-        if (services_.redis && services_.redis->settlements_outstanding() > 0)
-            spdlog::error("shutdown: {} settlements could not reach Redis", services_.redis->settlements_outstanding());
+        if (auto left = services_.store->settlements_outstanding(); left > 0)
+            spdlog::error("shutdown: {} settlements could not reach the store", left);
         beast::error_code ignored;
         if (admin_acceptor_) admin_acceptor_->close(ignored);
         stop();
@@ -251,64 +233,6 @@ private:
 };
 
 }  // namespace
-
-GatewayMetrics::GatewayMetrics(metrics::Registry& r)
-    : requests(r.counter("tokengate_requests_total", "Requests answered, by tenant, route and status.",
-                         {"tenant", "route", "status"})),
-      admitted(r.counter("tokengate_admitted_total", "Requests admitted by every limit.", {"tenant"})),
-      settled(r.counter("tokengate_settled_total", "Admitted requests settled (exactly once each).", {"tenant"})),
-      rejections(r.counter("tokengate_rejections_total", "Requests refused with 429, by the limit that refused.",
-                           {"level", "limit", "tenant"})),
-      shadow_rejections(r.counter("tokengate_shadow_rejections_total",
-                                  "Requests a shadow (enforce: false) limit would have refused.",
-                                  {"level", "limit", "tenant"})),
-      cost_reserved(r.counter("tokengate_cost_reserved_total", "Cost units reserved at admission.", {"tenant"})),
-      cost_settled(r.counter("tokengate_cost_settled_total", "Cost units charged after settlement.", {"tenant"})),
-      tokens(r.counter("tokengate_tokens_total", "Prompt and completion tokens, from usage or estimated.",
-                       {"tenant", "model", "kind"})),
-      upstream_duration(r.histogram("tokengate_upstream_duration_seconds", "Upstream exchange duration.",
-                                    {"upstream"}, k_latency_buckets)),
-      upstream_ttfb(r.histogram("tokengate_upstream_ttfb_seconds", "Time to the upstream's response head.",
-                                {"upstream"}, k_latency_buckets)),
-      queue_depth(r.gauge("tokengate_queue_depth", "Requests waiting in a shaping queue.", {"limit"})),
-      queue_wait(r.histogram("tokengate_queue_wait_seconds", "Time a request waited in a shaping queue.",
-                             {"limit"}, k_latency_buckets)),
-      inflight(r.gauge("tokengate_inflight", "Requests in flight to an upstream.", {"upstream"})),
-      remaining_ratio(r.gauge("tokengate_limit_remaining_ratio",
-                              "Remaining / capacity of a tenant limit after its latest decision.",
-                              {"tenant", "limit"})),
-      config_reloads(r.counter("tokengate_config_reloads_total", "Configuration reloads.", {"result"})) {
-    // The model label is the client's string: per tenant, the first 64 models get series of
-    // their own, later ones share "_other".
-    tokens.limit_values_per(0, 1, 64);
-}
-
-void Worker::access_line_written() {
-    if (access_batch.size() >= 32 * 1024) return flush_access_log();
-    if (access_flush_armed) return;
-    // A line waits at most 20 ms for its batch.
-    access_flush_armed = true;
-    access_flush_timer.expires_after(std::chrono::milliseconds(20));
-    access_flush_timer.async_wait([this](const beast::error_code& ec) {
-        access_flush_armed = false;
-        if (!ec) flush_access_log();
-    });
-}
-
-void Worker::flush_access_log() {
-    if (access_batch.empty() || !services.access_log) return;
-    services.access_log->info(access_batch);  // the sink ends it with the last newline
-    access_batch.clear();
-}
-
-proxy::ConnectionPool& Worker::pool_for(const config::UpstreamConfig& upstream, std::size_t workers) {
-    auto per_worker = (upstream.max_connections + workers - 1) / workers;
-    auto& pool = pools[upstream.name];
-    if (!pool) pool = std::make_unique<proxy::ConnectionPool>(ioc.get_executor(), upstream, per_worker);
-    else if (pool->config().url != upstream.url || pool->config().api_key != upstream.api_key)
-        pool->update_config(upstream, per_worker);
-    return *pool;
-}
 
 std::unique_ptr<Gateway> make_gateway(std::shared_ptr<const config::GatewayConfig> config, std::string config_path,
                                       std::shared_ptr<spdlog::logger> access_log, const core::Clock& clock) {

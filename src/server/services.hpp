@@ -10,14 +10,14 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <unordered_map>
 
 #include "tokengate/core/clock.hpp"
 #include "tokengate/metrics/registry.hpp"
 #include "tokengate/proxy/pool.hpp"
-#include "tokengate/redis/redis_store.hpp"
 #include "tokengate/server/runtime.hpp"
-#include "tokengate/store/memory_store.hpp"
+#include "tokengate/store/store.hpp"
 
 namespace spdlog {
 class logger;
@@ -52,7 +52,7 @@ struct GatewayMetrics {
 struct Services {
     Services(std::shared_ptr<const Runtime> runtime, std::shared_ptr<spdlog::logger> log,
              const core::Clock& c)
-        : runtime(std::move(runtime)), access_log(std::move(log)), clock(c), store(c), metrics(registry) {}
+        : runtime(std::move(runtime)), access_log(std::move(log)), clock(c), metrics(registry) {}
 
     RuntimeHolder runtime;
     std::string config_path;
@@ -60,8 +60,7 @@ struct Services {
     std::function<bool(std::string& error)> reload;
     std::shared_ptr<spdlog::logger> access_log;
     const core::Clock& clock;
-    store::MemoryStore store;
-    std::unique_ptr<redis::RedisStore> redis;  // store.backend: redis (then `store` is unused)
+    std::unique_ptr<store::Store> store;  // built by make_store once the event loops exist
     std::atomic<bool> draining{false};
     std::atomic<std::uint64_t> open_connections{0};
     metrics::Registry registry;
@@ -99,6 +98,14 @@ struct Worker {
     net::steady_timer access_flush_timer;
     bool access_flush_armed = false;
 };
+
+/// The configured store (store.backend), attached to the workers' event loops: the one place
+/// that knows which stores exist.
+std::unique_ptr<store::Store> make_store(const config::GatewayConfig& config, const core::Clock& clock,
+                                         metrics::Registry& registry, std::span<const std::unique_ptr<Worker>> workers);
+
+/// Whether a reload changes the store in a way only a restart applies.
+bool store_changed(const config::StoreConfig& was, const config::StoreConfig& now);
 
 net::awaitable<void> serve_connection(net::ip::tcp::socket socket, Worker& worker);
 net::awaitable<void> serve_admin_connection(net::ip::tcp::socket socket, Services& services);

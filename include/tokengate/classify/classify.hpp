@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "tokengate/config/config.hpp"
-#include "tokengate/limiter/decision.hpp"
+#include "tokengate/config/charge.hpp"
 
 namespace tokengate::classify {
 
@@ -24,7 +24,7 @@ struct RequestFacts {
 };
 
 /// Every limit that applies to a request, at every level, as charges to decide on at once.
-std::vector<limiter::Charge> applicable_limits(const config::GatewayConfig& config,
+std::vector<config::Charge> applicable_limits(const config::GatewayConfig& config,
                                                const RequestFacts& facts);
 
 /// A bucket's identity in every store: "<level>:<limit name>:<subject>" (the tenant id, the
@@ -32,7 +32,7 @@ std::vector<limiter::Charge> applicable_limits(const config::GatewayConfig& conf
 std::string bucket_key(config::Level level, std::string_view limit, std::string_view subject);
 
 /// The tenant-level charges (amount 0) whose state GET /admin/tenants/{id} shows.
-std::vector<limiter::Charge> tenant_charges(const config::TenantConfig& tenant);
+std::vector<config::Charge> tenant_charges(const config::TenantConfig& tenant);
 
 /// Whether a limit with a `models:` filter applies to this model.
 bool limit_applies(const config::LimitSpec& spec, std::string_view model);

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tokengate/core/cidr.hpp"
@@ -21,6 +22,9 @@ enum class OnStoreError { fail_open, fail_closed, local };
 const char* to_string(Level level);
 const char* to_string(Algorithm algorithm);
 const char* to_string(Unit unit);
+
+/// Matches `*` (any run) and `?` (one char), as in the config's model patterns.
+bool glob_match(std::string_view pattern, std::string_view text);
 
 struct LimitSpec {
     std::string name;

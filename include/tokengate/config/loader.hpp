@@ -31,7 +31,4 @@ std::shared_ptr<const GatewayConfig> load_config_file(const std::string& path);
 std::shared_ptr<const GatewayConfig> load_config_text(const std::string& text,
                                                       const std::string& file_name);
 
-/// Matches `*` (any run) and `?` (one char), as in the config's model patterns.
-bool glob_match(std::string_view pattern, std::string_view text);
-
 }  // namespace tokengate::config

@@ -5,20 +5,14 @@
 #include <string>
 #include <vector>
 
+#include "tokengate/config/charge.hpp"
 #include "tokengate/config/config.hpp"
 #include "tokengate/limiter/rate_bucket.hpp"
 #include "tokengate/limiter/shape_queue.hpp"
 
 namespace tokengate::limiter {
 
-/// One bucket a request is charged to.
-struct Charge {
-    const config::LimitSpec* spec = nullptr;
-    config::Level level = config::Level::tenant;
-    std::string key;    // the bucket's identity: "<level>:<limit name>:<subject>"
-    double amount = 1;  // 1 for unit: requests, the request's cost for unit: cost
-    std::string_view tenant;  // for fair queueing; points into the config snapshot
-};
+using Charge = config::Charge;
 
 inline bool is_shaping(const config::LimitSpec& spec) {
     return spec.algorithm == config::Algorithm::leaky_bucket && spec.mode == config::LeakyMode::shape;

@@ -17,6 +17,7 @@
 #include "tokengate/redis/breaker.hpp"
 #include "tokengate/redis/connection.hpp"
 #include "tokengate/store/memory_store.hpp"
+#include "tokengate/store/store.hpp"
 
 namespace tokengate::redis {
 
@@ -43,7 +44,7 @@ StoreOptions options_from_env(const config::RedisConfig& config);
 /// refuses (503), local decides in-process at each limit ÷ the live replicas. A circuit
 /// breaker keeps a failing Redis from costing every request its timeout; settlements that
 /// cannot reach Redis wait in a bounded queue and are sent when it is back.
-class RedisStore final : public limiter::BucketStore {
+class RedisStore final : public limiter::BucketStore, public store::Store {
 public:
     RedisStore(StoreOptions options, const core::Clock& clock, metrics::Registry& registry);
     ~RedisStore() override;
@@ -56,16 +57,22 @@ public:
     /// Announces this replica every heartbeat period from `ex` (an attached loop).
     void start_heartbeat(boost::asio::any_io_executor ex);
     /// Closes every connection; call once the event loops have stopped, before they are destroyed.
-    void stop();
+    void stop() override;
     /// Settlements sent and not yet answered, or waiting to be retried (drain waits for 0).
-    std::size_t settlements_outstanding() const;
+    std::size_t settlements_outstanding() const override;
 
     /// Decides every limit at once; on a Redis failure, what on_error says. Never waits on
     /// Redis longer than store.redis.timeout.
-    boost::asio::awaitable<limiter::Decision> decide(std::span<const limiter::Charge> charges);
+    boost::asio::awaitable<limiter::Decision> decide(std::span<const limiter::Charge> charges) override;
     /// What decide() would say, changing nothing.
-    boost::asio::awaitable<limiter::Decision> peek(std::span<const limiter::Charge> charges);
+    boost::asio::awaitable<limiter::Decision> peek(std::span<const limiter::Charge> charges) override;
     void settle(std::span<const limiter::Charge> charged, double actual_cost, std::string_view lease) override;
+    /// Until some connection is ready, or `limit` has passed.
+    boost::asio::awaitable<bool> wait_ready(std::chrono::nanoseconds limit) override;
+    /// Down, and on_error says fail_closed.
+    bool refusing() const override {
+        return !connected() && options_.config.on_error == config::OnStoreError::fail_closed;
+    }
 
     /// Whether the calling thread has a connection ready.
     bool ready();
@@ -73,7 +80,7 @@ public:
     bool connected() const { return ready_connections_.load() > 0; }
     unsigned live_replicas() const { return live_replicas_.load(std::memory_order_relaxed); }
     bool breaker_open() const { return breaker_.open(); }
-    store::MemoryStore& local() { return local_; }
+    store::MemoryStore& local() override { return local_; }
 
 private:
     struct Client;

@@ -1,0 +1,69 @@
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+
+#include <chrono>
+#include <functional>
+#include <span>
+
+#include "tokengate/core/clock.hpp"
+#include "tokengate/limiter/decision.hpp"
+#include "tokengate/store/memory_store.hpp"
+
+namespace tokengate::store {
+
+namespace net = boost::asio;
+
+/// The gateway's one seam to whichever store keeps the buckets: the memory store answers at
+/// once, Redis after a round trip, so both answer through an awaitable. Settlement and queue
+/// turns go through the `BucketStore` a `Decision` names (`settle_with`).
+class Store {
+public:
+    virtual ~Store() = default;
+    /// Every limit at once, all or nothing (SPEC §3); never throws.
+    virtual net::awaitable<limiter::Decision> decide(std::span<const limiter::Charge> charges) = 0;
+    /// What decide() would say, changing nothing (admin, explain).
+    virtual net::awaitable<limiter::Decision> peek(std::span<const limiter::Charge> charges) = 0;
+    /// Waits up to `limit` for the store to be able to answer; false if it still cannot.
+    virtual net::awaitable<bool> wait_ready(std::chrono::nanoseconds limit) = 0;
+    /// Whether requests are being refused for want of the store (a shared store that is
+    /// down under `on_error: fail_closed`): /readyz sends traffic elsewhere.
+    virtual bool refusing() const { return false; }
+    /// The buckets and shaping queues kept in this process (the queue-depth gauge, eviction).
+    virtual MemoryStore& local() = 0;
+    /// Settlements not yet acknowledged by the store (a drain waits for them).
+    virtual std::size_t settlements_outstanding() const { return 0; }
+    /// Closes the store's connections; the event loops have stopped.
+    virtual void stop() {}
+};
+
+/// `store.backend: memory`.
+class LocalStore final : public Store {
+public:
+    explicit LocalStore(const core::Clock& clock) : memory_(clock) {}
+    net::awaitable<limiter::Decision> decide(std::span<const limiter::Charge> charges) override;
+    net::awaitable<limiter::Decision> peek(std::span<const limiter::Charge> charges) override;
+    net::awaitable<bool> wait_ready(std::chrono::nanoseconds) override;
+    MemoryStore& local() override { return memory_; }
+
+private:
+    MemoryStore memory_;
+};
+
+/// What waiting for a queue turn needs from the request: whether its client left, and where
+/// to put the function that wakes the wait when it does.
+struct TurnWatch {
+    const bool& client_gone;
+    std::function<void()>& on_client_gone;
+    /// Called once per queue the request waited in, with the time it waited.
+    std::function<void(const limiter::Charge&, core::Nanos waited)> waited;
+};
+
+/// Shaping (SPEC §4): waits until every queue the request was admitted to lets it start —
+/// a shared store's start time, or a local queue's ticket. False if the client went away
+/// meanwhile; its places are then given back.
+net::awaitable<bool> wait_for_turn(const core::Clock& clock, std::span<const limiter::Charge> charges,
+                                   const limiter::Decision& decision, TurnWatch watch);
+
+}  // namespace tokengate::store

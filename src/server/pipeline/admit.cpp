@@ -1,0 +1,41 @@
+#include "admit.hpp"
+
+#include "tokengate/classify/classify.hpp"
+
+namespace tokengate::server::pipeline {
+
+namespace {
+
+Rejection invalid(http::status status, std::string_view code, std::string message) {
+    return {status, "invalid_request_error", std::string(code), std::move(message), {}, {}, {}};
+}
+
+}  // namespace
+
+std::variant<Admitted, Rejection> admit(const Runtime& runtime, const Incoming& in,
+                                        std::optional<auth::Principal>& who) {
+    const auto& cfg = *runtime.config;
+    if (!in.target.ok)
+        return invalid(http::status::bad_request, "invalid_path", "Refused request path: " + std::string(in.target.why) + ".");
+    who = runtime.keys.authenticate(in.key);
+    if (!who)
+        return invalid(http::status::unauthorized, "invalid_api_key",
+                       in.key.empty() ? "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'."
+                                      : "Incorrect API key provided.");
+    Admitted a;
+    a.principal = *who;
+    auto parsed = cost::parse_request_body(in.body, cfg.cost, runtime.tokenizer.get());
+    if (parsed.error != cost::BodyError::none)
+        return invalid(http::status::bad_request,
+                       parsed.error == cost::BodyError::invalid_json ? "invalid_json" : "invalid_body", parsed.message);
+    a.summary = std::move(parsed.summary);
+    auto route = classify::match_route(cfg, in.target.path, a.summary.model);
+    if (!route) return invalid(http::status::not_found, "not_found", "No route for " + in.target.path + ".");
+    a.route = *route;
+    a.reserved = cost::request_cost(cfg.cost, cost::cost_factor(cfg.models, a.summary.model), a.summary.input_tokens,
+                                    a.summary.max_output_tokens, a.summary.stream);
+    a.charges = classify::applicable_limits(cfg, {a.principal.tenant, in.client_ip, a.route, a.summary.model, a.reserved, {}});
+    return a;
+}
+
+}  // namespace tokengate::server::pipeline

@@ -1,0 +1,42 @@
+#pragma once
+
+// Stage 1, admit: who is asking, for which route, at what price. Nothing is charged.
+
+#include <optional>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "rejection.hpp"
+#include "tokengate/auth/key_table.hpp"
+#include "tokengate/cost/cost.hpp"
+#include "tokengate/limiter/decision.hpp"
+#include "tokengate/proxy/target.hpp"
+#include "tokengate/server/runtime.hpp"
+
+namespace tokengate::server::pipeline {
+
+struct Admitted {
+    auth::Principal principal;  // as authenticated (also in `who`)
+    cost::RequestSummary summary;
+    std::size_t route = 0;
+    double reserved = 0;  // the pre-charge: estimated input, max output
+    std::vector<limiter::Charge> charges;
+};
+
+/// What admission reads from the request.
+struct Incoming {
+    std::string_view key;  // as auth::extract_key found it
+    const proxy::NormalizedTarget& target;
+    std::string_view client_ip;
+    std::string_view body;
+};
+
+/// Target → key → body → route → price → every applicable limit (SPEC §1 steps 2–5).
+/// A refusal is 400 invalid_path, 401 invalid_api_key, 400 invalid_json / invalid_body or
+/// 404 not_found. `who` is set as soon as the key is known, so a later refusal is still
+/// logged under its tenant.
+std::variant<Admitted, Rejection> admit(const Runtime& runtime, const Incoming& in,
+                                        std::optional<auth::Principal>& who);
+
+}  // namespace tokengate::server::pipeline

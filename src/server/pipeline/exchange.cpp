@@ -1,0 +1,97 @@
+#include "exchange.hpp"
+
+#include "../services.hpp"
+#include "tokengate/proxy/balance.hpp"
+
+namespace tokengate::server::pipeline {
+
+namespace {
+
+bool starts_with_nocase(std::string_view s, std::string_view prefix) {
+    return s.size() >= prefix.size() && beast::iequals(s.substr(0, prefix.size()), prefix);
+}
+
+/// Upstream fields the gateway's own rate-limit and request-id fields replace.
+bool replaced_in_response(http::field, std::string_view name) {
+    return starts_with_nocase(name, "x-ratelimit") || starts_with_nocase(name, "ratelimit") ||
+           beast::iequals(name, "x-request-id");
+}
+
+Rejection no_upstream(std::vector<limiter::HeaderField> headers) {
+    return {http::status::bad_gateway, "server_error", "upstream_unavailable",
+            "Every upstream for this route is ejected after failures.", std::move(headers), {}, {}};
+}
+
+/// The forward's outcome as settlement and the answer see it.
+Exchanged conclude(const ExchangeRequest& in, const proxy::ForwardResult& result, const cost::ResponseUsage& observed) {
+    const auto& cfg = *in.runtime.config;
+    const auto& summary = in.admitted.summary;
+    Exchanged out;
+    out.first_byte = result.first_byte_at ? result.first_byte_at : -1;
+    out.status = result.status;
+    cost::ExchangeEnd end{false, false, result.status};
+    switch (result.outcome) {
+        case proxy::ForwardOutcome::completed:
+            end.completed = true;
+            out.keep_alive = in.client.keep_alive;
+            break;
+        case proxy::ForwardOutcome::upstream_unavailable:
+        case proxy::ForwardOutcome::upstream_timeout:
+            end.upstream_failed = true;
+            out.keep_alive = in.client.keep_alive;
+            out.rejection = upstream_failed(result.outcome == proxy::ForwardOutcome::upstream_timeout, in.headers);
+            break;
+        case proxy::ForwardOutcome::upstream_broken: break;
+        case proxy::ForwardOutcome::client_gone: out.status = 499; break;
+    }
+    out.settled = cost::settled_cost(cfg.cost, cost::cost_factor(cfg.models, summary.model), summary,
+                                     in.admitted.reserved, observed, end);
+    return out;
+}
+
+}  // namespace
+
+net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
+    auto& services = worker.services;
+    const auto& clock = services.clock;
+    const auto& cfg = *in.runtime.config;
+    const auto& summary = in.admitted.summary;
+    auto index = proxy::pick_upstream(cfg.routes[in.admitted.route], in.runtime.health, clock.now());
+    if (!index) {
+        Exchanged none;
+        none.keep_alive = in.client.keep_alive;
+        none.rejection = no_upstream(in.headers);
+        co_return none;
+    }
+    const auto& upstream = cfg.upstreams[*index];
+    // A stream's usage arrives only if asked for: ask on the client's behalf, and hide the
+    // answer from a client that did not ask.
+    bool usage_injected = summary.stream && !summary.client_wants_usage;
+    auto body = usage_injected ? cost::with_stream_usage(in.request.body(), summary.has_stream_options)
+                               : std::move(in.request.body());
+    auto up = proxy::make_upstream_request(in.request.base(), in.target, upstream, in.origin, std::move(body));
+
+    cost::ResponseUsage observed;
+    proxy::ForwardHooks hooks;
+    hooks.decorate = [&](const http::response_header<>& h, std::string& head) {
+        for (const auto& f : in.headers) proxy::wire::field(head, f.name, f.value);
+        proxy::wire::field(head, "X-Request-Id", in.origin.request_id);
+        observed.start(h[http::field::content_type], !h[http::field::content_length].empty(), usage_injected);
+    };
+    hooks.replaced = replaced_in_response;
+    hooks.on_chunk = [&](std::string_view data, bool last) { return observed.feed(data, last); };
+
+    auto started = clock.now();
+    services.metrics.inflight.add({upstream.name}, 1);
+    auto result = co_await proxy::forward(worker.pool_for(upstream, worker.worker_count), *in.runtime.health[*index],
+                                          up, in.client, in.watch, hooks, clock);
+    services.metrics.inflight.add({upstream.name}, -1);
+    services.metrics.upstream_duration.observe({upstream.name}, static_cast<double>(clock.now() - started) / 1e9);
+    if (result.first_byte_at)
+        services.metrics.upstream_ttfb.observe({upstream.name}, static_cast<double>(result.first_byte_at - started) / 1e9);
+    auto out = conclude(in, result, observed);
+    out.upstream = upstream.name;
+    co_return out;
+}
+
+}  // namespace tokengate::server::pipeline

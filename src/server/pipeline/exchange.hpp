@@ -1,0 +1,51 @@
+#pragma once
+
+// Stage 3, exchange: an upstream for the route, the request sent there, the response relayed
+// to the client while cost::ResponseUsage reads its usage; then what the exchange cost.
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "admit.hpp"
+#include "rejection.hpp"
+#include "tokengate/cost/settlement.hpp"
+#include "tokengate/proxy/forward.hpp"
+#include "tokengate/proxy/upstream_request.hpp"
+
+namespace tokengate::server {
+struct Worker;
+struct Runtime;
+}
+
+namespace tokengate::server::pipeline {
+
+namespace net = boost::asio;
+
+struct ExchangeRequest {
+    const Runtime& runtime;
+    const Admitted& admitted;
+    http::request<http::string_body>& request;  // its body moves upstream
+    const proxy::NormalizedTarget& target;
+    proxy::ClientOrigin origin;
+    const std::vector<limiter::HeaderField>& headers;  // added to the client's response head
+    proxy::ClientSide client;
+    proxy::ExchangeWatch& watch;
+};
+
+struct Exchanged {
+    unsigned status = 0;         // for the log: the upstream's status, 499 if the client left
+    bool keep_alive = false;     // the client connection can take another request
+    cost::SettledCost settled;   // what to settle the permit with
+    core::Nanos first_byte = -1;
+    std::string_view upstream;   // its name; empty if none was available
+    std::optional<Rejection> rejection;  // 502 / 504 to answer: nothing reached the client yet
+};
+
+net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in);
+
+}  // namespace tokengate::server::pipeline

@@ -1,0 +1,90 @@
+#include "limit.hpp"
+
+#include "../services.hpp"
+#include "tokengate/limiter/headers.hpp"
+
+namespace tokengate::server::pipeline {
+
+namespace {
+
+// Built outside the coroutines (GCC 12 cannot lower initializer lists inside them).
+std::vector<limiter::HeaderField> retry_in_a_second() { return {{"Retry-After", "1"}}; }
+
+Rejection store_unavailable() {
+    return {http::status::service_unavailable, "server_error", "rate_limiter_unavailable",
+            "The shared rate limiter is unavailable; retry shortly.", retry_in_a_second(), {}, {}};
+}
+
+Rejection refused(const limiter::Decision& decision, std::span<const limiter::Charge> charges,
+                  std::vector<limiter::HeaderField> headers) {
+    auto why = limiter::describe_rejection(decision, charges);
+    const auto& s = decision.statuses[decision.rejected];
+    return {http::status::too_many_requests, std::move(why.type), std::move(why.code), std::move(why.message),
+            std::move(headers), config::to_string(s.level), s.spec->name};
+}
+
+/// Shadow refusals and the remaining-ratio gauge, from every decision.
+void observe(const limiter::Decision& decision, std::string_view tenant, GatewayMetrics& metrics) {
+    for (const auto& s : decision.statuses) {
+        if (!s.spec->enforce && !s.verdict.admitted)
+            metrics.shadow_rejections.add({config::to_string(s.level), s.spec->name, tenant});
+        if (s.level == config::Level::tenant && s.spec->capacity > 0)
+            metrics.remaining_ratio.set({tenant, s.spec->name}, std::max(0.0, s.verdict.remaining) / s.spec->capacity);
+    }
+}
+
+}  // namespace
+
+Permit::Permit(limiter::Decision decision, std::span<const limiter::Charge> charges, double reserved,
+               metrics::Family& settled, std::string_view tenant)
+    : decision_(std::move(decision)),
+      charged_(limiter::charged(charges, decision_)),
+      reserved_(reserved),
+      settled_(&settled),
+      tenant_(tenant) {}
+
+Permit::Permit(Permit&& other) noexcept
+    : decision_(std::move(other.decision_)),
+      charged_(std::move(other.charged_)),
+      reserved_(other.reserved_),
+      settled_(other.settled_),
+      tenant_(other.tenant_),
+      headers_(std::move(other.headers_)),
+      done_(other.done_) {
+    other.done_ = true;  // the moved-from permit settles nothing
+}
+
+void Permit::settle(double actual_cost) {
+    if (done_) return;
+    done_ = true;
+    if (decision_.settle_with) decision_.settle_with->settle(charged_, actual_cost, decision_.lease);
+    settled_->add({tenant_});
+}
+
+net::awaitable<bool> Permit::wait_turn(const core::Clock& clock, std::span<const limiter::Charge> charges,
+                                       store::TurnWatch watch) {
+    if (!decision_.must_wait()) co_return true;
+    bool started = co_await store::wait_for_turn(clock, charges, decision_, std::move(watch));
+    if (!started) settle(0);  // never forwarded: every cost unit back
+    co_return started;
+}
+
+net::awaitable<std::variant<Permit, Rejection>> limit(store::Store& store, const Admitted& admitted,
+                                                      std::string_view tenant, GatewayMetrics& metrics,
+                                                      const core::Clock& clock) {
+    auto decision = co_await store.decide(admitted.charges);
+    if (decision.unavailable) co_return store_unavailable();
+    auto headers = limiter::rate_limit_headers(decision, clock.unix_now());
+    observe(decision, tenant, metrics);
+    if (!decision.allowed) co_return refused(decision, admitted.charges, std::move(headers));
+    metrics.admitted.add({tenant});
+    Permit permit(std::move(decision), admitted.charges, admitted.reserved, metrics.settled, tenant);
+    permit.set_headers(std::move(headers));
+    co_return permit;
+}
+
+net::awaitable<limiter::Decision> preview(store::Store& store, std::span<const limiter::Charge> charges) {
+    co_return co_await store.peek(charges);
+}
+
+}  // namespace tokengate::server::pipeline

@@ -1,0 +1,68 @@
+#pragma once
+
+// Stage 2, limit: every applicable limit decided at once (SPEC §3), then, for shaping
+// queues, the wait for the request's turn. What comes out is a Permit that settles itself
+// exactly once.
+
+#include <boost/asio/awaitable.hpp>
+
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "admit.hpp"
+#include "rejection.hpp"
+#include "tokengate/core/clock.hpp"
+#include "tokengate/metrics/registry.hpp"
+#include "tokengate/store/store.hpp"
+
+namespace tokengate::server {
+struct GatewayMetrics;
+}
+
+namespace tokengate::server::pipeline {
+
+namespace net = boost::asio;
+
+/// An admitted request's hold on its buckets. settle() moves them from the reservation to
+/// the actual cost, once; a Permit destroyed unsettled keeps the reservation.
+class Permit {
+public:
+    Permit(limiter::Decision decision, std::span<const limiter::Charge> charges, double reserved,
+           metrics::Family& settled, std::string_view tenant);
+    Permit(Permit&& other) noexcept;
+    Permit& operator=(Permit&&) = delete;
+    Permit(const Permit&) = delete;
+    ~Permit() { settle(reserved_); }
+
+    void settle(double actual_cost);
+    bool settled() const { return done_; }
+    const limiter::Decision& decision() const { return decision_; }
+    /// The rate-limit headers every answer to this request carries (SPEC §6).
+    const std::vector<limiter::HeaderField>& headers() const { return headers_; }
+    void set_headers(std::vector<limiter::HeaderField> headers) { headers_ = std::move(headers); }
+    /// Shaping: waits for the request's turn in every queue; false if the client left first
+    /// (the permit is then settled at 0: nothing was forwarded).
+    net::awaitable<bool> wait_turn(const core::Clock& clock, std::span<const limiter::Charge> charges,
+                                   store::TurnWatch watch);
+
+private:
+    limiter::Decision decision_;
+    std::vector<limiter::Charge> charged_;
+    double reserved_;
+    metrics::Family* settled_;
+    std::string_view tenant_;  // lives in the config snapshot the request holds
+    std::vector<limiter::HeaderField> headers_;
+    bool done_ = false;
+};
+
+/// Decides and charges. Refusals: 429 (the limit's rejection, with its headers) or 503
+/// rate_limiter_unavailable when a shared store is down under fail_closed.
+net::awaitable<std::variant<Permit, Rejection>> limit(store::Store& store, const Admitted& admitted,
+                                                      std::string_view tenant, GatewayMetrics& metrics,
+                                                      const core::Clock& clock);
+
+/// The same decision, charging nothing (POST /admin/explain, GET /admin/tenants/<id>).
+net::awaitable<limiter::Decision> preview(store::Store& store, std::span<const limiter::Charge> charges);
+
+}  // namespace tokengate::server::pipeline

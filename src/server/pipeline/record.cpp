@@ -1,0 +1,52 @@
+#include "record.hpp"
+
+#include "../services.hpp"
+#include "tokengate/core/json_writer.hpp"
+
+namespace tokengate::server::pipeline {
+
+namespace {
+
+void count(const RequestRecord& r, GatewayMetrics& m) {
+    m.requests.add({r.tenant, r.route, std::to_string(r.status)});
+    if (!r.rejected_limit.empty()) m.rejections.add({r.rejected_level, r.rejected_limit, r.tenant});
+    if (r.cost_reserved > 0) {
+        m.cost_reserved.add({r.tenant}, r.cost_reserved);
+        m.cost_settled.add({r.tenant}, r.cost_settled);
+    }
+    if (r.prompt_tokens) m.tokens.add({r.tenant, r.model, "prompt"}, static_cast<double>(r.prompt_tokens));
+    if (r.completion_tokens) m.tokens.add({r.tenant, r.model, "completion"}, static_cast<double>(r.completion_tokens));
+}
+
+}  // namespace
+
+void record(const RequestRecord& r, Worker& worker) {
+    auto& services = worker.services;
+    count(r, services.metrics);
+    if (!services.access_log) return;
+    auto now = services.clock.now();
+    core::JsonObjectWriter w(worker.next_access_line());
+    w.number("ts", static_cast<double>(services.clock.unix_now()) / 1e9)
+        .string("request_id", r.request_id)
+        .string("client_ip", r.client_ip)
+        .string("method", r.method)
+        .string("path", r.path)
+        .string("tenant", r.tenant)
+        .string("key_id", r.key_id)
+        .string("model", r.model)
+        .string("route", r.route)
+        .string("upstream", r.upstream)
+        .integer("status", r.status)
+        .string("rejected_by", r.rejected_limit.empty() ? std::string() : r.rejected_level + ":" + r.rejected_limit)
+        .number("cost_reserved", r.cost_reserved)
+        .number("cost_settled", r.cost_settled)
+        .integer("prompt_tokens", r.prompt_tokens)
+        .integer("completion_tokens", r.completion_tokens);
+    if (r.first_byte < 0) w.null("ttfb_ms");
+    else w.number("ttfb_ms", static_cast<double>(r.first_byte - r.started) / 1e6);
+    w.number("duration_ms", static_cast<double>(now - r.started) / 1e6);
+    w.close();
+    worker.access_line_written();
+}
+
+}  // namespace tokengate::server::pipeline

@@ -1,0 +1,41 @@
+#pragma once
+
+// Stage 4, record: one access-log line (SPEC §9) and the request's metrics, once per request.
+
+#include <cstdint>
+#include <string>
+
+#include "tokengate/core/clock.hpp"
+
+namespace tokengate::server {
+struct Worker;
+}
+
+namespace tokengate::server::pipeline {
+
+/// Everything the access log line says about one request.
+struct RequestRecord {
+    core::Nanos started = 0;
+    std::string request_id;
+    std::string client_ip;
+    std::string method;
+    std::string path;
+    std::string tenant;
+    std::string key_id;
+    std::string model;
+    std::string route;
+    std::string upstream;
+    std::string rejected_level;
+    std::string rejected_limit;
+    unsigned status = 0;
+    double cost_reserved = 0;
+    double cost_settled = 0;
+    std::uint64_t prompt_tokens = 0;
+    std::uint64_t completion_tokens = 0;
+    core::Nanos first_byte = -1;
+};
+
+/// Counts the request and writes its access line into the worker's batch.
+void record(const RequestRecord& r, Worker& worker);
+
+}  // namespace tokengate::server::pipeline

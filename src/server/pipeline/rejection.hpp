@@ -1,0 +1,35 @@
+#pragma once
+
+// Internal to the server: what every stage returns instead of a value when the request ends
+// there, and the one function that turns it into the HTTP answer.
+
+#include <boost/beast/http/status.hpp>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tokengate/limiter/headers.hpp"
+
+namespace tokengate::server::pipeline {
+
+namespace http = boost::beast::http;
+
+struct Rejection {
+    http::status status = http::status::internal_server_error;
+    std::string type;  // the OpenAI error type
+    std::string code;
+    std::string message;
+    std::vector<limiter::HeaderField> headers;  // rate-limit headers, Retry-After
+    std::string_view level;  // a limit's refusal: its level and name, for metrics and the log
+    std::string_view limit;
+};
+
+/// The whole answer as it goes on the wire (SPEC §6's error body).
+std::string render(const Rejection& rejection, unsigned version, bool keep_alive, std::string_view request_id);
+
+/// The fixed refusals that need no stage's state.
+Rejection shutting_down();
+Rejection upstream_failed(bool timeout, std::vector<limiter::HeaderField> headers);
+
+}  // namespace tokengate::server::pipeline

@@ -1,0 +1,71 @@
+#include "services.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace tokengate::server {
+
+namespace {
+
+const std::vector<double> k_latency_buckets = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+
+}  // namespace
+
+GatewayMetrics::GatewayMetrics(metrics::Registry& r)
+    : requests(r.counter("tokengate_requests_total", "Requests answered, by tenant, route and status.",
+                         {"tenant", "route", "status"})),
+      admitted(r.counter("tokengate_admitted_total", "Requests admitted by every limit.", {"tenant"})),
+      settled(r.counter("tokengate_settled_total", "Admitted requests settled (exactly once each).", {"tenant"})),
+      rejections(r.counter("tokengate_rejections_total", "Requests refused with 429, by the limit that refused.",
+                           {"level", "limit", "tenant"})),
+      shadow_rejections(r.counter("tokengate_shadow_rejections_total",
+                                  "Requests a shadow (enforce: false) limit would have refused.",
+                                  {"level", "limit", "tenant"})),
+      cost_reserved(r.counter("tokengate_cost_reserved_total", "Cost units reserved at admission.", {"tenant"})),
+      cost_settled(r.counter("tokengate_cost_settled_total", "Cost units charged after settlement.", {"tenant"})),
+      tokens(r.counter("tokengate_tokens_total", "Prompt and completion tokens, from usage or estimated.",
+                       {"tenant", "model", "kind"})),
+      upstream_duration(r.histogram("tokengate_upstream_duration_seconds", "Upstream exchange duration.",
+                                    {"upstream"}, k_latency_buckets)),
+      upstream_ttfb(r.histogram("tokengate_upstream_ttfb_seconds", "Time to the upstream's response head.",
+                                {"upstream"}, k_latency_buckets)),
+      queue_depth(r.gauge("tokengate_queue_depth", "Requests waiting in a shaping queue.", {"limit"})),
+      queue_wait(r.histogram("tokengate_queue_wait_seconds", "Time a request waited in a shaping queue.",
+                             {"limit"}, k_latency_buckets)),
+      inflight(r.gauge("tokengate_inflight", "Requests in flight to an upstream.", {"upstream"})),
+      remaining_ratio(r.gauge("tokengate_limit_remaining_ratio",
+                              "Remaining / capacity of a tenant limit after its latest decision.",
+                              {"tenant", "limit"})),
+      config_reloads(r.counter("tokengate_config_reloads_total", "Configuration reloads.", {"result"})) {
+    // The model label is the client's string: per tenant, the first 64 models get series of
+    // their own, later ones share "_other".
+    tokens.limit_values_per(0, 1, 64);
+}
+
+void Worker::access_line_written() {
+    if (access_batch.size() >= 32 * 1024) return flush_access_log();
+    if (access_flush_armed) return;
+    // A line waits at most 20 ms for its batch.
+    access_flush_armed = true;
+    access_flush_timer.expires_after(std::chrono::milliseconds(20));
+    access_flush_timer.async_wait([this](const beast::error_code& ec) {
+        access_flush_armed = false;
+        if (!ec) flush_access_log();
+    });
+}
+
+void Worker::flush_access_log() {
+    if (access_batch.empty() || !services.access_log) return;
+    services.access_log->info(access_batch);  // the sink ends it with the last newline
+    access_batch.clear();
+}
+
+proxy::ConnectionPool& Worker::pool_for(const config::UpstreamConfig& upstream, std::size_t workers) {
+    auto per_worker = (upstream.max_connections + workers - 1) / workers;
+    auto& pool = pools[upstream.name];
+    if (!pool) pool = std::make_unique<proxy::ConnectionPool>(ioc.get_executor(), upstream, per_worker);
+    else if (pool->config().url != upstream.url || pool->config().api_key != upstream.api_key)
+        pool->update_config(upstream, per_worker);
+    return *pool;
+}
+
+}  // namespace tokengate::server

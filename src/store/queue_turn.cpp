@@ -1,0 +1,75 @@
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <memory>
+
+#include "tokengate/store/store.hpp"
+
+namespace tokengate::store {
+
+namespace {
+
+constexpr auto k_use = net::as_tuple(net::use_awaitable);
+constexpr core::Nanos k_min_sleep = 1'000'000;
+
+net::steady_timer::time_point at(core::Nanos t) {
+    return net::steady_timer::time_point(std::chrono::nanoseconds(t));
+}
+
+}  // namespace
+
+net::awaitable<bool> wait_for_turn(const core::Clock& clock, std::span<const limiter::Charge> charges,
+                                   const limiter::Decision& decision, TurnWatch watch) {
+    auto* store = decision.settle_with;
+    auto decided_at = clock.now();
+    auto ex = co_await net::this_coro::executor;
+    // Shared with the wakers, which may run (from another thread) after this wait is over.
+    auto timer = std::make_shared<net::steady_timer>(ex);
+    std::weak_ptr<net::steady_timer> weak = timer;
+    auto wake = [ex, weak] {
+        net::post(ex, [weak] {
+            if (auto t = weak.lock()) t->cancel();
+        });
+    };
+    watch.on_client_gone = wake;
+    bool ok = true;
+    for (std::size_t i = 0; i < charges.size(); ++i) {
+        // A shared store hands out the start time itself: wait for it here.
+        if (auto wait = decision.statuses[i].wait; wait > 0 && ok) {
+            timer->expires_at(at(decided_at + wait));
+            while (!watch.client_gone && clock.now() < decided_at + wait) co_await timer->async_wait(k_use);
+            if (watch.client_gone) ok = false;
+            else if (watch.waited) watch.waited(charges[i], wait);
+        }
+        auto ticket = decision.statuses[i].ticket;
+        if (!ticket || !store) continue;
+        if (!ok) {
+            store->queue_cancel(charges[i], ticket);
+            continue;
+        }
+        store->queue_set_waker(charges[i], ticket, wake);
+        auto queued_at = clock.now();
+        for (;;) {
+            if (watch.client_gone) {
+                store->queue_cancel(charges[i], ticket);
+                ok = false;
+                break;
+            }
+            auto check = store->queue_try_start(charges[i], ticket);
+            if (check.started || check.unknown) {
+                if (watch.waited) watch.waited(charges[i], clock.now() - queued_at);
+                break;
+            }
+            // Not first yet: sleep until the estimated start, or until the queue wakes us.
+            timer->expires_at(at(std::max(check.wait_until, clock.now() + k_min_sleep)));
+            co_await timer->async_wait(k_use);
+        }
+    }
+    watch.on_client_gone = nullptr;
+    co_return ok;
+}
+
+}  // namespace tokengate::store
