@@ -9,7 +9,6 @@
 #include <array>
 #include <span>
 #include <string>
-#include <vector>
 
 namespace tokengate::proxy {
 
@@ -28,6 +27,25 @@ bool is_connection_failure(const beast::error_code& ec) {
 }
 
 }  // namespace
+
+std::string client_head(const http::response_parser<http::buffer_body>& parser, RelayOptions& options,
+                        bool& chunked, const ForwardHooks& hooks) {
+    const auto& response = parser.get();
+    chunked = false;
+    if (!parser.is_done() && !parser.content_length()) {
+        if (options.version >= 11) chunked = true;  // re-framed: the upstream's framing is hop-by-hop
+        else options.keep_alive = false;            // HTTP/1.0: the body ends when the connection closes
+    }
+    std::string head;
+    head.reserve(1024);
+    wire::status_line(head, options.version, response.result_int(), response.reason());
+    wire::forwardable_fields(head, response.base(), hooks.replaced);
+    if (chunked) head.append("Transfer-Encoding: chunked\r\n");
+    wire::connection(head, options.version, options.keep_alive);
+    if (hooks.decorate) hooks.decorate(response.base(), head);
+    head.append(wire::k_crlf);
+    return head;
+}
 
 net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& health,
                                       const UpstreamRequest& request, ClientSide client,
@@ -95,106 +113,17 @@ net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& heal
     }
 
     result.first_byte_at = clock.now();
-    auto& response = parser->get();
-    result.status = response.result_int();
-    bool upstream_keep_alive = response.keep_alive();
-    bool body_follows = !parser->is_done();
-    bool chunked = false;
-    if (body_follows && !parser->content_length()) {
-        if (client.version >= 11) chunked = true;  // re-framed: the upstream's framing is hop-by-hop
-        else client.keep_alive = false;            // HTTP/1.0: the body ends when the connection closes
-    }
-    std::string head;
-    head.reserve(1024);
-    wire::status_line(head, client.version, result.status, response.reason());
-    wire::forwardable_fields(head, response.base(), hooks.replaced);
-    if (chunked) head.append("Transfer-Encoding: chunked\r\n");
-    wire::connection(head, client.version, client.keep_alive);
-    if (hooks.decorate) hooks.decorate(response.base(), head);
-    head.append(wire::k_crlf);
-
-    // Sends what is pending — the head if not yet sent, a body piece, the last chunk — in one
-    // write: with the body bytes that came with the head (a JSON completion usually does), head
-    // and body leave in one segment, one wakeup of the client fewer.
-    bool head_sent = false;
-    char size_line[24];
-    auto send = [&](std::string_view piece, bool last) {
-        std::array<net::const_buffer, 5> out{};
-        std::size_t n = 0;
-        if (!head_sent) out[n++] = net::buffer(head);
-        if (chunked && !piece.empty()) out[n++] = net::buffer(wire::chunk_size_line(piece.size(), size_line));
-        if (!piece.empty()) out[n++] = net::buffer(piece);
-        if (chunked && !piece.empty()) out[n++] = net::buffer(wire::k_crlf);
-        if (chunked && last) out[n++] = net::buffer(wire::k_last_chunk);
-        head_sent = true;
-        result.body_bytes += piece.size();
-        client.stream.expires_after(ns(cfg.stream_idle_timeout));
-        return net::async_write(client.stream, out, k_use);
-    };
-
-    bool upstream_failed = false;
-    bool client_failed = false;
-    // A stream still generating gets its head at once, so the client sees the response begin.
-    if (client.head_request || (body_follows && conn->buffer.size() == 0)) {
-        auto [ec, n] = co_await send({}, false);
-        client_failed = static_cast<bool>(ec);
-    }
+    result.status = parser->get().result_int();
+    bool upstream_keep_alive = parser->get().keep_alive();
     // The relay buffer lives with the connection: a 16 KiB array in this coroutine's frame made
     // every request allocate a 17 KiB frame.
     std::span<char> chunk(conn->relay_buffer.get(), UpstreamConnection::k_relay_size);
-    while (!client_failed && !client.head_request && !parser->is_done()) {
-        response.body().data = chunk.data();
-        response.body().size = chunk.size();
-        conn->stream.expires_after(ns(cfg.stream_idle_timeout));
-        // One read often brings several upstream chunks (SSE events); Beast's parser yields one
-        // per call. Take in everything buffered, so they leave in one send, not one each; read
-        // only when that gave no body byte. (Not http::async_read_some: it feeds the parser in
-        // the way Beast 1.81 asserts on, see wire::put_buffered.)
-        beast::error_code drain_error;
-        wire::put_buffered(*parser, conn->buffer, drain_error);
-        while (!drain_error && !parser->is_done() && response.body().size == chunk.size()) {
-            // Unparsed bytes pile up only in a chunk line or trailers that never end.
-            if (conn->buffer.size() >= k_upstream_header_limit) {
-                drain_error = http::error::buffer_overflow;
-                break;
-            }
-            auto room = conn->buffer.capacity() - conn->buffer.size();
-            auto [rec, rn] = co_await conn->stream.async_read_some(conn->buffer.prepare(room >= 4096 ? room : 16384), k_use);
-            if (rec == net::error::eof && parser->got_some()) {
-                parser->put_eof(drain_error);  // completes a body that ends with the connection
-                break;
-            }
-            if (rec) {
-                drain_error = rec;
-                break;
-            }
-            conn->buffer.commit(rn);
-            wire::put_buffered(*parser, conn->buffer, drain_error);
-        }
-        bool last = parser->is_done();
-        std::string_view piece(chunk.data(), chunk.size() - response.body().size);
-        if (drain_error && piece.empty()) {
-            upstream_failed = true;
-            break;
-        }
-        if (hooks.on_chunk) piece = hooks.on_chunk(piece, last);
-        // Nothing to send yet (only chunk framing was parsed, or the hook holds a partial event).
-        if (piece.empty() && !last) {
-            if (!drain_error) continue;
-            upstream_failed = true;
-            break;
-        }
-        auto [wec, wn] = co_await send(piece, last);
-        client_failed = static_cast<bool>(wec);
-        if (drain_error) {  // what came before the bad bytes went on; the stream ends here
-            upstream_failed = true;
-            break;
-        }
-    }
-    if (!head_sent && !upstream_failed && !client_failed) {  // a response without a body
-        auto [ec, n] = co_await send({}, true);
-        client_failed = static_cast<bool>(ec);
-    }
+    RelayOptions options{client.version, client.keep_alive, client.head_request, cfg.stream_idle_timeout,
+                         k_upstream_header_limit};
+    auto relayed = co_await relay(conn->stream, conn->buffer, *parser, chunk, client.stream, options, hooks);
+    bool head_sent = relayed.head_sent, upstream_failed = relayed.upstream_failed;
+    bool client_failed = relayed.client_failed;
+    result.body_bytes = relayed.body_bytes;
     result.response_started = head_sent;
 
     watch.active = nullptr;

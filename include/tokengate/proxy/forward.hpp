@@ -7,6 +7,7 @@
 
 #include "tokengate/core/clock.hpp"
 #include "tokengate/proxy/pool.hpp"
+#include "tokengate/proxy/relay.hpp"
 #include "tokengate/proxy/upstream_request.hpp"
 #include "tokengate/proxy/wire.hpp"
 
@@ -36,18 +37,6 @@ struct ForwardResult {
     bool response_started = false;
     std::uint64_t body_bytes = 0;
     core::Nanos first_byte_at = 0;  // clock time the upstream's response head arrived
-};
-
-struct ForwardHooks {
-    /// Sees the upstream's response head and appends the gateway's own fields to the head
-    /// that goes to the client.
-    std::function<void(const http::response_header<>&, std::string& head)> decorate;
-    /// Upstream response fields the gateway's own replace (not forwarded).
-    wire::FieldFilter replaced = nullptr;
-    /// Sees every body chunk and returns the bytes to send on: the same, or fewer (it may hold
-    /// back a partial event or drop one). The view must stay valid until the next call. `last`
-    /// comes with the final piece. Only a response without Content-Length may change size.
-    std::function<std::string_view(std::string_view data, bool last)> on_chunk;
 };
 
 struct ClientSide {
