@@ -1,0 +1,308 @@
+// The request pipeline's stages, each on its own, with a ManualClock and no sockets: admit,
+// limit (decide, permit, queue turn), record. The exchange stage runs over real loopback
+// sockets in exchange_test.cpp.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include <sstream>
+
+#include "server/pipeline/admit.hpp"
+#include "server/pipeline/limit.hpp"
+#include "server/pipeline/record.hpp"
+#include "server/services.hpp"
+#include "tokengate/config/loader.hpp"
+
+namespace tokengate::server::pipeline {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+constexpr const char* k_config = R"(
+upstreams:
+  - { name: gpu, url: "http://127.0.0.1:9" }
+routes:
+  - { path: /v1/chat/completions, upstreams: [gpu] }
+tiers:
+  t:
+    limits:
+      - { name: requests, algorithm: token_bucket, capacity: 2, rate: 1/s }
+      - { name: tokens, algorithm: token_bucket, capacity: 100, rate: 10/s, unit: cost }
+tenants:
+  - { id: acme, tier: t, keys: ["k1"] }
+cost:
+  input: { per: 100, min: 1 }
+  output: { per: 50, min: 1 }
+  default_max_tokens: 100
+)";
+
+constexpr const char* k_shaped = R"(
+upstreams:
+  - { name: gpu, url: "http://127.0.0.1:9" }
+routes:
+  - { path: /v1/chat/completions, upstreams: [gpu] }
+tiers:
+  t:
+    limits:
+      - { name: requests, algorithm: token_bucket, capacity: 100, rate: 100/s }
+tenants:
+  - { id: acme, tier: t, keys: ["k1"] }
+global_limits:
+  - { name: gpu, algorithm: leaky_bucket, mode: shape, capacity: 2, rate: 1/s, max_wait: 10s }
+)";
+
+const std::string k_body = R"({"model":"m","messages":[{"role":"user","content":"hi"}]})";
+
+struct Stages {
+    core::ManualClock clock;
+    std::ostringstream log_text;
+    Services services;
+    store::LocalStore store{clock};
+    net::io_context ioc;
+
+    explicit Stages(const char* config = k_config)
+        : services(std::make_shared<const Runtime>(config::load_config_text(config, "test.yaml")),
+                   std::make_shared<spdlog::logger>("access", std::make_shared<spdlog::sinks::ostream_sink_mt>(log_text)),
+                   clock) {
+        services.access_log->set_pattern("%v");
+    }
+    const Runtime& runtime() { return *services.runtime.get(); }
+
+    std::variant<Admitted, Rejection> admit(std::string_view key, std::string_view path, std::string_view body,
+                                            std::optional<auth::Principal>& who) {
+        auto target = proxy::normalize_target(path);
+        return pipeline::admit(runtime(), {key, target, "10.0.0.1", body}, who);
+    }
+    Admitted admitted() {
+        std::optional<auth::Principal> who;
+        auto a = admit("k1", "/v1/chat/completions", k_body, who);
+        return std::get<Admitted>(std::move(a));
+    }
+    template <class T>
+    static net::awaitable<void> into(std::optional<T>& out, net::awaitable<T> work) {
+        out.emplace(co_await std::move(work));
+    }
+    template <class T>
+    T run(net::awaitable<T> work) {
+        std::optional<T> out;
+        net::co_spawn(ioc, into(out, std::move(work)), [](std::exception_ptr e) {
+            if (e) std::rethrow_exception(e);
+        });
+        ioc.restart();
+        ioc.run();
+        return std::move(*out);
+    }
+    std::variant<Permit, Rejection> limit(const Admitted& a) {
+        return run(pipeline::limit(store, a, "acme", services.metrics, clock));
+    }
+    std::string metric(std::string_view series) {
+        auto text = services.registry.render();
+        auto at = text.find(series);
+        if (at == std::string::npos) return "absent";
+        auto end = text.find('\n', at);
+        return text.substr(at + series.size() + 1, end - at - series.size() - 1);
+    }
+};
+
+TEST(AdmitStage, RefusesEachWayWithItsStatusAndCode) {
+    Stages s;
+    std::optional<auth::Principal> who;
+    auto code = [&](std::string_view key, std::string_view path, std::string_view body) {
+        who.reset();
+        auto a = s.admit(key, path, body, who);
+        auto* no = std::get_if<Rejection>(&a);
+        return no ? std::to_string(static_cast<int>(no->status)) + " " + no->code : std::string("admitted");
+    };
+    EXPECT_EQ(code("k1", "/v1/%2F/chat", k_body), "400 invalid_path");
+    EXPECT_EQ(code("", "/v1/chat/completions", k_body), "401 invalid_api_key");
+    EXPECT_FALSE(who);
+    EXPECT_EQ(code("nope", "/v1/chat/completions", k_body), "401 invalid_api_key");
+    EXPECT_EQ(code("k1", "/v1/chat/completions", "{not json"), "400 invalid_json");
+    ASSERT_TRUE(who) << "known before the body failed, so the refusal is logged under its tenant";
+    EXPECT_EQ(s.runtime().config->tenants[who->tenant].id, "acme");
+    EXPECT_EQ(code("k1", "/v1/chat/completions", R"({"model":"m","messages":"x"})"), "400 invalid_body");
+    EXPECT_EQ(code("k1", "/v1/embeddings", k_body), "404 not_found");
+    EXPECT_EQ(code("k1", "/v1/chat/completions", k_body), "admitted");
+}
+
+TEST(AdmitStage, PricesTheBodyAndListsEveryCharge) {
+    Stages s;
+    auto a = s.admitted();
+    EXPECT_EQ(a.summary.model, "m");
+    EXPECT_EQ(a.summary.max_output_tokens, 100u);
+    EXPECT_DOUBLE_EQ(a.reserved, 1 + 2) << "input: min 1; output: 100 / 50";
+    ASSERT_EQ(a.charges.size(), 2u);
+    EXPECT_EQ(a.charges[0].key, "tenant:requests:acme");
+    EXPECT_DOUBLE_EQ(a.charges[0].amount, 1);
+    EXPECT_DOUBLE_EQ(a.charges[1].amount, a.reserved);
+}
+
+TEST(LimitStage, AdmitsThenRefusesWithHeadersThenAdmitsOnceTimeHasPassed) {
+    Stages s;
+    auto a = s.admitted();
+    auto first = s.limit(a);
+    ASSERT_TRUE(std::holds_alternative<Permit>(first));
+    auto second = s.limit(a);
+    ASSERT_TRUE(std::holds_alternative<Permit>(second));
+    auto third = s.limit(a);
+    ASSERT_TRUE(std::holds_alternative<Rejection>(third));
+    const auto& no = std::get<Rejection>(third);
+    EXPECT_EQ(no.status, http::status::too_many_requests);
+    EXPECT_EQ(no.code, "rate_limit_exceeded");
+    EXPECT_EQ(no.level, "tenant");
+    EXPECT_EQ(no.limit, "requests");
+    auto retry = std::find_if(no.headers.begin(), no.headers.end(), [](const auto& h) { return h.name == "Retry-After"; });
+    ASSERT_NE(retry, no.headers.end());
+    EXPECT_EQ(retry->value, "1");
+    s.clock.advance(1s);
+    EXPECT_TRUE(std::holds_alternative<Permit>(s.limit(a)));
+}
+
+TEST(LimitStage, APermitSettlesOnceAndARefundComesBack) {
+    Stages s;
+    auto a = s.admitted();
+    {
+        auto limited = s.limit(a);
+        auto& permit = std::get<Permit>(limited);
+        EXPECT_FALSE(permit.settled());
+        permit.settle(0);  // nothing generated: the whole reservation back
+        permit.settle(50);  // a second settlement changes nothing
+        EXPECT_TRUE(permit.settled());
+    }
+    EXPECT_EQ(s.metric("tokengate_settled_total{tenant=\"acme\"}"), "1");
+    auto peek = s.run(pipeline::preview(s.store, a.charges));
+    // (peek says what a request would leave: the full bucket less one reservation.)
+    EXPECT_DOUBLE_EQ(peek.statuses[1].verdict.remaining, 100 - a.reserved) << "the refund of settle(0), not 50";
+    {
+        auto limited = s.limit(a);  // dropped unsettled: keeps its reservation, counted once
+    }
+    EXPECT_EQ(s.metric("tokengate_settled_total{tenant=\"acme\"}"), "2");
+    peek = s.run(pipeline::preview(s.store, a.charges));
+    EXPECT_DOUBLE_EQ(peek.statuses[1].verdict.remaining, 100 - 2 * a.reserved);
+}
+
+/// A shared store that is down under fail_closed, through the same seam.
+class DownStore final : public store::Store {
+public:
+    explicit DownStore(const core::Clock& clock) : local_(clock) {}
+    net::awaitable<limiter::Decision> decide(std::span<const limiter::Charge>) override {
+        limiter::Decision d;
+        d.allowed = false;
+        d.unavailable = true;
+        co_return d;
+    }
+    net::awaitable<limiter::Decision> peek(std::span<const limiter::Charge> c) override { return decide(c); }
+    net::awaitable<bool> wait_ready(std::chrono::nanoseconds) override { co_return false; }
+    bool refusing() const override { return true; }
+    store::MemoryStore& local() override { return local_; }
+
+private:
+    store::MemoryStore local_;
+};
+
+TEST(LimitStage, AStoreThatIsDownIsA503WithRetryAfter) {
+    Stages s;
+    DownStore down(s.clock);
+    auto refused = s.run(pipeline::limit(down, s.admitted(), "acme", s.services.metrics, s.clock));
+    ASSERT_TRUE(std::holds_alternative<Rejection>(refused));
+    const auto& no = std::get<Rejection>(refused);
+    EXPECT_EQ(no.status, http::status::service_unavailable);
+    EXPECT_EQ(no.code, "rate_limiter_unavailable");
+    ASSERT_EQ(no.headers.size(), 1u);
+    EXPECT_EQ(no.headers[0].value, "1");
+    EXPECT_EQ(s.metric("tokengate_admitted_total{tenant=\"acme\"}"), "absent");
+}
+
+TEST(LimitStage, AQueuedRequestStartsWhenTheClockReachesItsTurn) {
+    Stages s(k_shaped);
+    auto a = s.admitted();
+    auto first = s.limit(a);
+    auto second = s.limit(a);
+    auto& starts_now = std::get<Permit>(first);
+    auto& waits = std::get<Permit>(second);
+    bool gone = false;
+    std::function<void()> on_gone;
+    int waited = 0;
+    store::TurnWatch watch{gone, on_gone, [&](const limiter::Charge&, core::Nanos) { ++waited; }};
+    EXPECT_TRUE(s.run(starts_now.wait_turn(s.clock, a.charges, watch)));
+
+    std::optional<bool> started;
+    net::co_spawn(s.ioc, waits.wait_turn(s.clock, a.charges, watch), [&](std::exception_ptr, bool ok) { started = ok; });
+    s.ioc.restart();
+    for (int i = 0; i < 50; ++i) s.ioc.poll_one();
+    EXPECT_FALSE(started) << "its slot is a second away on the clock";
+    s.clock.advance(1s);
+    for (int i = 0; i < 50 && !started; ++i) s.ioc.poll_one();
+    ASSERT_TRUE(started);
+    EXPECT_TRUE(*started);
+    EXPECT_GE(waited, 1);
+}
+
+TEST(LimitStage, AClientThatLeavesTheQueueGetsEverythingBack) {
+    Stages s(k_shaped);
+    auto a = s.admitted();
+    auto first = s.limit(a);
+    auto second = s.limit(a);
+    bool gone = false;
+    std::function<void()> on_gone;
+    store::TurnWatch watch{gone, on_gone, nullptr};
+    auto& waits = std::get<Permit>(second);
+    std::optional<bool> started;
+    net::co_spawn(s.ioc, waits.wait_turn(s.clock, a.charges, watch), [&](std::exception_ptr, bool ok) { started = ok; });
+    s.ioc.restart();
+    for (int i = 0; i < 10; ++i) s.ioc.poll_one();
+    ASSERT_FALSE(started);
+    ASSERT_TRUE(on_gone) << "the wait left a way to wake it";
+    auto depth = [&] {
+        std::size_t n = 0;
+        for (const auto& [key, waiting] : s.store.local().queue_depths()) n += waiting;
+        return n;
+    };
+    EXPECT_EQ(depth(), 1u);
+    gone = true;
+    on_gone();
+    for (int i = 0; i < 50 && !started; ++i) s.ioc.poll_one();
+    ASSERT_TRUE(started);
+    EXPECT_FALSE(*started);
+    EXPECT_TRUE(waits.settled()) << "settled at 0 by the stage itself";
+    EXPECT_EQ(depth(), 0u) << "its place in the queue was given back";
+}
+
+TEST(RecordStage, WritesOneAccessLineAndCountsTheRequest) {
+    Stages s;
+    Worker worker(s.services);
+    RequestRecord r;
+    r.started = s.clock.now();
+    r.request_id = "req-1";
+    r.tenant = "acme";
+    r.route = "/v1/chat/completions";
+    r.status = 429;
+    r.rejected_level = "tenant";
+    r.rejected_limit = "requests";
+    r.cost_reserved = 3;
+    r.cost_settled = 2;
+    r.completion_tokens = 7;
+    r.model = "m";
+    s.clock.advance(250ms);
+    record(r, worker);
+    worker.flush_access_log();
+    s.services.access_log->flush();
+    auto line = json::parse(s.log_text.str());
+    EXPECT_EQ(line["request_id"], "req-1");
+    EXPECT_EQ(line["status"], 429);
+    EXPECT_EQ(line["rejected_by"], "tenant:requests");
+    EXPECT_EQ(line["ttfb_ms"], nullptr);
+    EXPECT_DOUBLE_EQ(line["duration_ms"].get<double>(), 250);
+    EXPECT_EQ(s.metric("tokengate_requests_total{tenant=\"acme\",route=\"/v1/chat/completions\",status=\"429\"}"), "1");
+    EXPECT_EQ(s.metric("tokengate_rejections_total{level=\"tenant\",limit=\"requests\",tenant=\"acme\"}"), "1");
+    EXPECT_EQ(s.metric("tokengate_cost_settled_total{tenant=\"acme\"}"), "2");
+    EXPECT_EQ(s.metric("tokengate_tokens_total{tenant=\"acme\",model=\"m\",kind=\"completion\"}"), "7");
+}
+
+}  // namespace
+}  // namespace tokengate::server::pipeline
