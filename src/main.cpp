@@ -1,13 +1,13 @@
 // tokengate: wiring, subcommands, signals and reload.
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
 #include <spdlog/async.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/rotating_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
 
 #include <csignal>
 #include <cstring>
@@ -38,7 +38,8 @@ usage:
   tokengate --version
 )";
 
-std::optional<std::string> option_value(const std::vector<std::string>& args, std::initializer_list<const char*> names) {
+std::optional<std::string> option_value(const std::vector<std::string>& args,
+                                        std::initializer_list<const char*> names) {
     for (std::size_t i = 0; i < args.size(); ++i)
         for (const char* name : names)
             if (args[i] == name) {
@@ -86,7 +87,8 @@ std::shared_ptr<spdlog::logger> make_access_log(const config::LogConfig& log) {
     if (log.access == "stdout") sink = std::make_shared<spdlog::sinks::stdout_sink_mt>();
     else if (log.access == "off") return nullptr;
     else if (log.rotate_max_bytes > 0)
-        sink = std::make_shared<spdlog::sinks::rotating_file_sink_mt>(log.access, log.rotate_max_bytes, log.rotate_files);
+        sink =
+            std::make_shared<spdlog::sinks::rotating_file_sink_mt>(log.access, log.rotate_max_bytes, log.rotate_files);
     else sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(log.access);
     spdlog::init_thread_pool(16384, 1);
     auto logger = std::make_shared<spdlog::async_logger>("access", sink, spdlog::thread_pool(),
@@ -115,7 +117,8 @@ int serve(const std::string& path) {
     net::io_context signal_loop(1);
     net::signal_set signals(signal_loop, SIGINT, SIGTERM, SIGHUP);
     int terminations = 0;
-    std::function<void(const boost::system::error_code&, int)> on_signal = [&](const boost::system::error_code& ec, int sig) {
+    std::function<void(const boost::system::error_code&, int)> on_signal = [&](const boost::system::error_code& ec,
+                                                                               int sig) {
         if (ec) return;
         if (sig == SIGHUP) {
             std::string error;

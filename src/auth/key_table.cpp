@@ -33,8 +33,7 @@ std::optional<Principal> KeyTable::authenticate(std::string_view key) const {
     auto digest = core::sha256(key);
     std::string_view digest_view(reinterpret_cast<const char*>(digest.data()), digest.size());
     auto it = tenant_by_digest_.find(digest_view);
-    if (it == tenant_by_digest_.end() || !core::constant_time_equal(it->first, digest_view))
-        return std::nullopt;
+    if (it == tenant_by_digest_.end() || !core::constant_time_equal(it->first, digest_view)) return std::nullopt;
     return Principal{it->second, core::to_hex(digest.data(), 6)};
 }
 

@@ -14,8 +14,8 @@ bool any_glob(const std::vector<std::string>& patterns, std::string_view text) {
     return false;
 }
 
-void add_level(std::vector<config::Charge>& out, const std::vector<config::LimitSpec>& specs,
-               Level level, std::string_view subject, const RequestFacts& facts) {
+void add_level(std::vector<config::Charge>& out, const std::vector<config::LimitSpec>& specs, Level level,
+               std::string_view subject, const RequestFacts& facts) {
     for (const auto& spec : specs) {
         if (!limit_applies(spec, facts.model)) continue;
         config::Charge c;
@@ -60,8 +60,7 @@ std::optional<std::size_t> match_route(const config::GatewayConfig& config, std:
     return std::nullopt;
 }
 
-std::vector<config::Charge> applicable_limits(const config::GatewayConfig& config,
-                                               const RequestFacts& facts) {
+std::vector<config::Charge> applicable_limits(const config::GatewayConfig& config, const RequestFacts& facts) {
     std::vector<config::Charge> out;
     const auto& tenant = config.tenants[facts.tenant];
     out.reserve(tenant.limits.size() + config.ip_limits.size() + config.routes[facts.route].limits.size() +

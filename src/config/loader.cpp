@@ -17,8 +17,7 @@
 namespace tokengate::config {
 
 ConfigError::ConfigError(std::string file, int line, int column, std::string message)
-    : std::runtime_error(file + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " +
-                         message),
+    : std::runtime_error(file + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + message),
       file_(std::move(file)),
       line_(line),
       column_(column),
@@ -47,8 +46,8 @@ public:
 
     void warn(const YAML::Node& at, const std::string& message, GatewayConfig& config) const {
         auto mark = at.Mark();
-        config.warnings.push_back(file_ + ":" + std::to_string(mark.line + 1) + ":" +
-                                  std::to_string(mark.column + 1) + ": " + message);
+        config.warnings.push_back(file_ + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1) +
+                                  ": " + message);
     }
 
     /// Rejects keys outside `allowed` and duplicated keys.
@@ -112,24 +111,22 @@ public:
 
     core::Nanos duration(const YAML::Node& node, std::string_view what) const {
         auto d = parse_duration(scalar(node, what));
-        if (!d) fail(node, std::string(what) + ": invalid duration '" + node.Scalar() +
-                               "' (use e.g. 250ms, 10s, 5m)");
+        if (!d) fail(node, std::string(what) + ": invalid duration '" + node.Scalar() + "' (use e.g. 250ms, 10s, 5m)");
         if (*d <= 0) fail(node, std::string(what) + " must be greater than 0");
         return *d;
     }
 
     double rate(const YAML::Node& node, std::string_view what) const {
         auto r = parse_rate(scalar(node, what));
-        if (!r) fail(node, std::string(what) + ": invalid rate '" + node.Scalar() +
-                               "' (use e.g. 10/s, 600/min, 1M/day)");
+        if (!r)
+            fail(node, std::string(what) + ": invalid rate '" + node.Scalar() + "' (use e.g. 10/s, 600/min, 1M/day)");
         if (*r <= 0) fail(node, std::string(what) + " must be greater than 0");
         return *r;
     }
 
     std::uint64_t size(const YAML::Node& node, std::string_view what) const {
         auto s = parse_size(scalar(node, what));
-        if (!s) fail(node, std::string(what) + ": invalid size '" + node.Scalar() +
-                               "' (use e.g. 4MiB, 16KiB)");
+        if (!s) fail(node, std::string(what) + ": invalid size '" + node.Scalar() + "' (use e.g. 4MiB, 16KiB)");
         if (*s == 0) fail(node, std::string(what) + " must be greater than 0");
         return *s;
     }
@@ -161,8 +158,8 @@ struct Loader {
     void load(const YAML::Node& root) {
         if (!root.IsDefined() || root.IsNull()) r.fail(root, "the configuration is empty");
         r.expect_map(root, "the configuration",
-                     {"server", "admin", "upstreams", "routes", "models", "cost", "tiers",
-                      "tenants", "ip_limits", "global_limits", "store", "log"});
+                     {"server", "admin", "upstreams", "routes", "models", "cost", "tiers", "tenants", "ip_limits",
+                      "global_limits", "store", "log"});
         if (root["server"]) server(root["server"]);
         if (root["admin"]) admin(root["admin"]);
         if (root["log"]) log(root["log"]);
@@ -177,14 +174,13 @@ struct Loader {
         if (!root["tenants"]) r.fail(root, "missing required key 'tenants'");
         tenants(root["tenants"]);
         if (root["ip_limits"]) config.ip_limits = limits(root["ip_limits"], "ip_limits");
-        if (root["global_limits"])
-            config.global_limits = limits(root["global_limits"], "global_limits");
+        if (root["global_limits"]) config.global_limits = limits(root["global_limits"], "global_limits");
     }
 
     void server(const YAML::Node& n) {
         r.expect_map(n, "server",
-                     {"listen", "threads", "max_body_bytes", "max_header_bytes", "max_connections",
-                      "timeouts", "drain_timeout", "trusted_proxies"});
+                     {"listen", "threads", "max_body_bytes", "max_header_bytes", "max_connections", "timeouts",
+                      "drain_timeout", "trusted_proxies"});
         auto& s = config.server;
         if (n["listen"]) {
             auto hp = r.listen(n["listen"], "server.listen");
@@ -198,8 +194,7 @@ struct Loader {
             if (v > (64u << 20)) r.fail(n["max_header_bytes"], "server.max_header_bytes is too large");
             s.max_header_bytes = static_cast<std::uint32_t>(v);
         }
-        if (n["max_connections"])
-            s.max_connections = r.whole(n["max_connections"], "server.max_connections", 1);
+        if (n["max_connections"]) s.max_connections = r.whole(n["max_connections"], "server.max_connections", 1);
         if (const auto& t = n["timeouts"]) {
             r.expect_map(t, "server.timeouts", {"header", "idle"});
             if (t["header"]) s.header_timeout = r.duration(t["header"], "server.timeouts.header");
@@ -233,12 +228,13 @@ struct Loader {
             r.expect_map(rot, "log.rotate", {"max_size", "max_files"});
             if (rot["max_size"]) config.log.rotate_max_bytes = r.size(rot["max_size"], "log.rotate.max_size");
             if (rot["max_files"])
-                config.log.rotate_files = static_cast<unsigned>(r.whole(rot["max_files"], "log.rotate.max_files", 1, 10000));
+                config.log.rotate_files =
+                    static_cast<unsigned>(r.whole(rot["max_files"], "log.rotate.max_files", 1, 10000));
         }
         if (n["access"]) config.log.access = r.string_of(n["access"], "log.access");
         if (n["level"]) {
             auto level = r.string_of(n["level"], "log.level");
-            static const std::set<std::string> k_levels = {"trace", "debug", "info", "warn",
+            static const std::set<std::string> k_levels = {"trace", "debug",    "info", "warn",
                                                            "error", "critical", "off"};
             if (!k_levels.count(level)) r.fail(n["level"], "log.level: unknown level '" + level + "'");
             config.log.level = level;
@@ -293,12 +289,12 @@ struct Loader {
             if (u["api_key_env"]) {
                 auto env = r.string_of(u["api_key_env"], "api_key_env");
                 if (const char* v = std::getenv(env.c_str()); v && *v) up.api_key = v;
-                else r.warn(u["api_key_env"], "environment variable " + env +
-                                                  " is not set; no key is sent to upstream '" +
-                                                  up.name + "'", config);
+                else
+                    r.warn(u["api_key_env"],
+                           "environment variable " + env + " is not set; no key is sent to upstream '" + up.name + "'",
+                           config);
             }
-            if (u["max_connections"])
-                up.max_connections = r.whole(u["max_connections"], "max_connections", 1);
+            if (u["max_connections"]) up.max_connections = r.whole(u["max_connections"], "max_connections", 1);
             if (const auto& t = u["timeouts"]) {
                 r.expect_map(t, "upstream timeouts", {"connect", "first_byte", "stream_idle"});
                 if (t["connect"]) up.connect_timeout = r.duration(t["connect"], "timeouts.connect");
@@ -356,8 +352,7 @@ struct Loader {
     }
 
     void cost(const YAML::Node& n) {
-        r.expect_map(n, "cost", {"input", "output", "rounding", "stream_surcharge",
-                                 "default_max_tokens", "estimator"});
+        r.expect_map(n, "cost", {"input", "output", "rounding", "stream_surcharge", "default_max_tokens", "estimator"});
         auto& c = config.cost;
         auto per_min = [&](const YAML::Node& b, std::string_view what, double& per, double& min) {
             r.expect_map(b, what, {"per", "min"});
@@ -383,8 +378,7 @@ struct Loader {
             c.default_max_tokens = r.whole(n["default_max_tokens"], "cost.default_max_tokens", 1);
         if (const auto& e = n["estimator"]) {
             if (e.IsScalar()) {
-                if (e.Scalar() != "heuristic")
-                    r.fail(e, "cost.estimator must be heuristic or { tiktoken: path }");
+                if (e.Scalar() != "heuristic") r.fail(e, "cost.estimator must be heuristic or { tiktoken: path }");
             } else {
                 r.expect_map(e, "cost.estimator", {"tiktoken", "pattern"});
                 if (!e["tiktoken"]) r.fail(e, "cost.estimator needs 'tiktoken: <path to a .tiktoken file>'");
@@ -393,7 +387,8 @@ struct Loader {
                     auto slash = r.file().rfind('/');
                     if (slash != std::string::npos) c.tiktoken_path = r.file().substr(0, slash + 1) + c.tiktoken_path;
                 }
-                if (!std::ifstream(c.tiktoken_path)) r.fail(e["tiktoken"], "cannot read tiktoken file " + c.tiktoken_path);
+                if (!std::ifstream(c.tiktoken_path))
+                    r.fail(e["tiktoken"], "cannot read tiktoken file " + c.tiktoken_path);
                 if (e["pattern"]) {
                     c.tiktoken_pattern = r.string_of(e["pattern"], "cost.estimator.pattern");
                     if (c.tiktoken_pattern != "cl100k" && c.tiktoken_pattern != "o200k")
@@ -401,17 +396,15 @@ struct Loader {
                 }
             }
         }
-        if (c.input_min + c.output_min <= 0)
-            r.fail(n, "cost: input.min + output.min must be greater than 0");
+        if (c.input_min + c.output_min <= 0) r.fail(n, "cost: input.min + output.min must be greater than 0");
     }
 
-    double min_request_cost() const {
-        return (config.cost.input_min + config.cost.output_min) * min_cost_factor;
-    }
+    double min_request_cost() const { return (config.cost.input_min + config.cost.output_min) * min_cost_factor; }
 
     LimitSpec limit(const YAML::Node& n) {
-        r.expect_map(n, "limit", {"name", "algorithm", "capacity", "rate", "unit", "initial", "mode",
-                                  "max_wait", "max", "enforce", "fair", "models"});
+        r.expect_map(n, "limit",
+                     {"name", "algorithm", "capacity", "rate", "unit", "initial", "mode", "max_wait", "max", "enforce",
+                      "fair", "models"});
         LimitSpec l;
         if (!n["name"]) r.fail(n, "limit is missing 'name'");
         l.name = r.string_of(n["name"], "limit name");
@@ -420,8 +413,7 @@ struct Loader {
         if (algo == "token_bucket") l.algorithm = Algorithm::token_bucket;
         else if (algo == "leaky_bucket") l.algorithm = Algorithm::leaky_bucket;
         else if (algo == "concurrency") l.algorithm = Algorithm::concurrency;
-        else r.fail(n["algorithm"], "unknown algorithm '" + algo +
-                                        "' (token_bucket, leaky_bucket or concurrency)");
+        else r.fail(n["algorithm"], "unknown algorithm '" + algo + "' (token_bucket, leaky_bucket or concurrency)");
         if (n["unit"]) {
             auto u = r.string_of(n["unit"], "unit");
             if (u == "requests") l.unit = Unit::requests;
@@ -432,17 +424,16 @@ struct Loader {
         auto check_room = [&](const YAML::Node& at, double value, std::string_view what) {
             std::ostringstream msg;
             if (value < min_cost)
-                msg << "limit '" << l.name << "': " << what << " " << value
-                    << " is below one request's minimum cost " << min_cost;
+                msg << "limit '" << l.name << "': " << what << " " << value << " is below one request's minimum cost "
+                    << min_cost;
             else if (value > k_max_capacity)
                 msg << "limit '" << l.name << "': " << what << " " << value << " is above the largest supported, "
                     << k_max_capacity;
             if (!msg.str().empty()) r.fail(at, msg.str());
         };
         auto reject_key = [&](std::string_view key, std::string_view why) {
-            if (n[std::string(key)]) r.fail(n[std::string(key)], "limit '" + l.name + "': '" +
-                                                                     std::string(key) + "' " +
-                                                                     std::string(why));
+            if (n[std::string(key)])
+                r.fail(n[std::string(key)], "limit '" + l.name + "': '" + std::string(key) + "' " + std::string(why));
         };
         if (l.algorithm == Algorithm::concurrency) {
             if (!n["max"]) r.fail(n, "limit '" + l.name + "' (concurrency) is missing 'max'");
@@ -518,8 +509,8 @@ struct Loader {
                 route.path = r.string_of(item["path_prefix"], "path_prefix");
                 route.prefix = true;
             } else r.fail(item, "route is missing 'path' or 'path_prefix'");
-            if (route.path.front() != '/') r.fail(item["path"] ? item["path"] : item["path_prefix"],
-                                                  "route path must start with '/'");
+            if (route.path.front() != '/')
+                r.fail(item["path"] ? item["path"] : item["path_prefix"], "route path must start with '/'");
             if (!item["upstreams"]) r.fail(item, "route '" + route.path + "' is missing 'upstreams'");
             const auto& ups = item["upstreams"];
             r.expect_sequence(ups, "route upstreams");
@@ -574,8 +565,7 @@ struct Loader {
             if (!value || !*value) r.fail(node, "environment variable " + env + " is not set");
             text = value;
         } else {
-            r.warn(node, "plain-text API key; use `tokengate hash-key` and a sha256: entry in production",
-                   config);
+            r.warn(node, "plain-text API key; use `tokengate hash-key` and a sha256: entry in production", config);
         }
         auto d = core::sha256(text);
         return std::string(reinterpret_cast<const char*>(d.data()), d.size());
@@ -622,8 +612,7 @@ struct Loader {
 
 }  // namespace
 
-std::shared_ptr<const GatewayConfig> load_config_text(const std::string& text,
-                                                      const std::string& file_name) {
+std::shared_ptr<const GatewayConfig> load_config_text(const std::string& text, const std::string& file_name) {
     YAML::Node root;
     try {
         root = YAML::Load(text);
@@ -635,8 +624,8 @@ std::shared_ptr<const GatewayConfig> load_config_text(const std::string& text,
     try {
         loader.load(root);
     } catch (const YAML::Exception& e) {
-        throw ConfigError(file_name, e.mark.is_null() ? 1 : e.mark.line + 1,
-                          e.mark.is_null() ? 1 : e.mark.column + 1, e.msg);
+        throw ConfigError(file_name, e.mark.is_null() ? 1 : e.mark.line + 1, e.mark.is_null() ? 1 : e.mark.column + 1,
+                          e.msg);
     }
     return std::make_shared<const GatewayConfig>(std::move(loader.config));
 }

@@ -95,8 +95,7 @@ std::optional<HostPort> parse_host_port(std::string_view text) {
     std::string_view port_text;
     if (!text.empty() && text.front() == '[') {
         auto close = text.find(']');
-        if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':')
-            return std::nullopt;
+        if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') return std::nullopt;
         out.host = std::string(text.substr(1, close - 1));
         port_text = text.substr(close + 2);
     } else {
@@ -107,8 +106,7 @@ std::optional<HostPort> parse_host_port(std::string_view text) {
     }
     unsigned port = 0;
     auto [ptr, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-    if (ec != std::errc{} || ptr != port_text.data() + port_text.size() || port > 65535)
-        return std::nullopt;
+    if (ec != std::errc{} || ptr != port_text.data() + port_text.size() || port > 65535) return std::nullopt;
     out.port = static_cast<std::uint16_t>(port);
     return out;
 }

@@ -105,5 +105,4 @@ JsonObjectWriter& JsonObjectWriter::null(std::string_view k) {
     return *this;
 }
 
-
 }  // namespace tokengate::core

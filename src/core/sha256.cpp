@@ -92,8 +92,7 @@ std::string to_hex(const std::uint8_t* data, std::size_t size) {
 bool constant_time_equal(std::string_view a, std::string_view b) {
     if (a.size() != b.size()) return false;
     volatile std::uint8_t diff = 0;
-    for (std::size_t i = 0; i < a.size(); ++i)
-        diff = diff | static_cast<std::uint8_t>(a[i] ^ b[i]);
+    for (std::size_t i = 0; i < a.size(); ++i) diff = diff | static_cast<std::uint8_t>(a[i] ^ b[i]);
     return diff == 0;
 }
 

@@ -87,8 +87,8 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::load(const std::string& path, Patter
     PCRE2_SIZE offset = 0;
     const char* source = pattern == Pattern::o200k ? k_o200k : k_cl100k;
     t->regex_ = std::make_unique<Regex>();
-    t->regex_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(source), PCRE2_ZERO_TERMINATED,
-                                    PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
+    t->regex_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(source), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+                                    &error, &offset, nullptr);
     if (!t->regex_->code) throw std::runtime_error("cannot compile the pre-tokenizer pattern");
     pcre2_jit_compile(t->regex_->code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter
     return t;

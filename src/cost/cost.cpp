@@ -1,7 +1,7 @@
 #include "tokengate/cost/cost.hpp"
 
-#include <nlohmann/json.hpp>
 #include <simdjson.h>
+#include <nlohmann/json.hpp>
 
 #include <array>
 #include <cmath>
@@ -20,9 +20,8 @@ constexpr std::uint64_t k_tokens_per_message = 4;  // role/name framing, as chat
 constexpr std::uint64_t k_reply_priming = 3;
 
 bool is_cjk(std::uint32_t cp) {
-    return (cp >= 0x3000 && cp <= 0x30FF) || (cp >= 0x3400 && cp <= 0x4DBF) ||
-           (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0xAC00 && cp <= 0xD7AF) ||
-           (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0xFF00 && cp <= 0xFFEF) ||
+    return (cp >= 0x3000 && cp <= 0x30FF) || (cp >= 0x3400 && cp <= 0x4DBF) || (cp >= 0x4E00 && cp <= 0x9FFF) ||
+           (cp >= 0xAC00 && cp <= 0xD7AF) || (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0xFF00 && cp <= 0xFFEF) ||
            (cp >= 0x20000 && cp <= 0x2FFFF);
 }
 
@@ -156,8 +155,8 @@ double cost_factor(const std::vector<config::ModelCost>& models, std::string_vie
     return fallback ? fallback->cost_factor : 1.0;
 }
 
-double request_cost(const config::CostConfig& c, double factor, std::uint64_t input_tokens,
-                    std::uint64_t output_tokens, bool stream) {
+double request_cost(const config::CostConfig& c, double factor, std::uint64_t input_tokens, std::uint64_t output_tokens,
+                    bool stream) {
     auto round = [&](double x) { return c.rounding == config::Rounding::ceil ? std::ceil(x) : std::floor(x); };
     double in = std::max(c.input_min, round(static_cast<double>(input_tokens) / c.input_per));
     double out = std::max(c.output_min, round(static_cast<double>(output_tokens) / c.output_per));
@@ -191,9 +190,9 @@ ParsedBody parse_request_body(std::string_view body, const config::CostConfig& c
     // A key that prices the request must appear once: parsers disagree on duplicates (the
     // upstream's Python keeps the last), so "max_tokens":1,...,"max_tokens":4000 could be priced
     // by one and honoured by the other. Found by fuzzing.
-    static constexpr std::array<std::string_view, 9> k_priced = {"model", "stream", "stream_options", "max_tokens",
-                                                                  "max_completion_tokens", "messages", "prompt",
-                                                                  "tools", "functions"};
+    static constexpr std::array<std::string_view, 9> k_priced = {
+        "model",    "stream", "stream_options", "max_tokens", "max_completion_tokens",
+        "messages", "prompt", "tools",          "functions"};
     std::array<int, k_priced.size()> seen{};
     for (auto it = root.begin(); it != root.end(); ++it)
         for (std::size_t k = 0; k < k_priced.size(); ++k)
@@ -229,7 +228,8 @@ ParsedBody parse_request_body(std::string_view body, const config::CostConfig& c
         for (auto mit = messages.begin(); mit != messages.end(); ++mit) {
             element m = *mit;
             simdjson::dom::object message;
-            if (m.get_object().get(message) != simdjson::SUCCESS) return invalid("each entry of 'messages' must be an object");
+            if (m.get_object().get(message) != simdjson::SUCCESS)
+                return invalid("each entry of 'messages' must be an object");
             input += k_tokens_per_message;
             for (auto it = message.begin(); it != message.end(); ++it)
                 if (it.key() != "role") input += tokens_in(it.value(), tokenizer);

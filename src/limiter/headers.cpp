@@ -112,10 +112,10 @@ std::vector<HeaderField> rate_limit_headers(const Decision& d, Nanos unix_now) {
         std::string policy = "\"" + name + "\";q=" + limit;
         if (is_rate(s))
             policy += ";w=" + std::to_string(core::saturate_to_int64(std::ceil(s.spec->capacity / s.spec->rate_per_s),
-                                                                      core::k_forever / k_nanos_per_second));
+                                                                     core::k_forever / k_nanos_per_second));
         out.push_back({"RateLimit-Policy", policy});
-        out.push_back({"RateLimit", "\"" + name + "\";r=" + remaining + ";t=" +
-                                        std::to_string(ceil_seconds(s.verdict.until_full))});
+        out.push_back({"RateLimit",
+                       "\"" + name + "\";r=" + remaining + ";t=" + std::to_string(ceil_seconds(s.verdict.until_full))});
     }
     add_openai_set(out, d, Unit::requests, k_requests_names);
     add_openai_set(out, d, Unit::cost, k_tokens_names);
@@ -142,9 +142,9 @@ Rejection describe_rejection(const Decision& d, std::span<const Charge> charges)
              : s.spec->unit == Unit::cost                ? "tokens"
                                                          : "requests";
     r.code = "rate_limit_exceeded";
-    r.message = "Rate limit exceeded on " + where + ": requested " + format_number(c.amount) +
-                ", remaining " + remaining_text(s) + ". Retry after " +
-                std::to_string(std::max<Nanos>(1, ceil_seconds(d.retry_after))) + "s.";
+    r.message = "Rate limit exceeded on " + where + ": requested " + format_number(c.amount) + ", remaining " +
+                remaining_text(s) + ". Retry after " + std::to_string(std::max<Nanos>(1, ceil_seconds(d.retry_after))) +
+                "s.";
     return r;
 }
 

@@ -52,8 +52,8 @@ Verdict RateBucket::check(double amount, Nanos now) const {
     if (v.admitted) {
         Ticks until_full = new_tat - now;
         v.until_full = core::narrow_saturated(until_full);
-        v.remaining = capacity_ - static_cast<double>(until_full) * rate_per_s_ /
-                                      static_cast<double>(k_nanos_per_second);
+        v.remaining =
+            capacity_ - static_cast<double>(until_full) * rate_per_s_ / static_cast<double>(k_nanos_per_second);
     } else {
         v.until_full = core::narrow_saturated(base - now);
         v.remaining = tokens(now);

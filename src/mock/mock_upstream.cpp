@@ -1,5 +1,6 @@
 #include "tokengate/mock/mock_upstream.hpp"
 
+#include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -13,7 +14,6 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include <array>
 #include <charconv>
@@ -44,7 +44,8 @@ struct Stats {
     std::uint64_t generation_tokens = 0;
 };
 
-std::uint64_t header_number(const http::request<http::string_body>& req, std::string_view name, std::uint64_t fallback) {
+std::uint64_t header_number(const http::request<http::string_body>& req, std::string_view name,
+                            std::uint64_t fallback) {
     auto v = req[name];
     std::uint64_t out = 0;
     auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
@@ -81,9 +82,11 @@ struct Completion {
     std::string json_response() const {
         std::string text;
         for (std::uint64_t i = 0; i < completion_tokens; ++i) text += k_words[i % std::size(k_words)];
-        json choice = chat ? json{{"index", 0}, {"message", {{"role", "assistant"}, {"content", text}}},
-                                  {"finish_reason", finish_reason}}
-                           : json{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
+        json choice = chat
+                          ? json{{"index", 0},
+                                 {"message", {{"role", "assistant"}, {"content", text}}},
+                                 {"finish_reason", finish_reason}}
+                          : json{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
         json out = envelope(json::array({choice}));
         out["usage"] = usage();
         return out.dump();
@@ -138,7 +141,8 @@ Completion plan_completion(const http::request<http::string_body>& req, bool cha
     c.prompt_tokens = parsed.summary.input_tokens;
     c.model = parsed.summary.model.empty() ? "mock-model" : parsed.summary.model;
     c.id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(serial);
-    c.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    c.created =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     return c;
 }
 
@@ -180,8 +184,9 @@ private:
     net::awaitable<bool> send_error(http::status status, std::string_view message, bool keep_alive) {
         http::response<http::string_body> res{status, 11};
         res.set(http::field::content_type, "application/json");
-        res.body() = server::error_body(message, status == http::status::bad_request ? "invalid_request_error" : "server_error",
-                                        std::to_string(static_cast<unsigned>(status)));
+        res.body() =
+            server::error_body(message, status == http::status::bad_request ? "invalid_request_error" : "server_error",
+                               std::to_string(static_cast<unsigned>(status)));
         co_return co_await send(res, keep_alive);
     }
 
@@ -190,8 +195,8 @@ private:
         if (d.count() <= 0) co_return true;
         net::steady_timer timer(stream_.get_executor(), d);
         char scratch[256];
-        auto result = co_await (timer.async_wait(k_use) ||
-                                stream_.socket().async_read_some(net::buffer(scratch), k_use));
+        auto result =
+            co_await (timer.async_wait(k_use) || stream_.socket().async_read_some(net::buffer(scratch), k_use));
         co_return result.index() == 0;
     }
 
@@ -205,22 +210,26 @@ private:
         auto path = target.substr(0, target.find('?'));
         bool keep = req.keep_alive();
         if (req.method() == http::verb::get && path == "/v1/models") {
-            json body = {{"object", "list"},
-                         {"data", json::array({{{"id", "mock-model"}, {"object", "model"}, {"owned_by", "tokengate-mock"}}})}};
+            json body = {
+                {"object", "list"},
+                {"data", json::array({{{"id", "mock-model"}, {"object", "model"}, {"owned_by", "tokengate-mock"}}})}};
             co_return co_await send_json(http::status::ok, body, keep);
         }
-        if (req.method() == http::verb::get && path == "/health") co_return co_await send_json(http::status::ok, json::object(), keep);
+        if (req.method() == http::verb::get && path == "/health")
+            co_return co_await send_json(http::status::ok, json::object(), keep);
         if (req.method() == http::verb::get && path == "/metrics") {
             http::response<http::string_body> res{http::status::ok, 11};
             res.set(http::field::content_type, "text/plain; version=0.0.4");
             res.body() =
                 "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running " + std::to_string(stats_.running) +
                 "\n# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 0\n"
-                "# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total " + std::to_string(stats_.prompt_tokens) +
+                "# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total " +
+                std::to_string(stats_.prompt_tokens) +
                 "\n# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total " +
                 std::to_string(stats_.generation_tokens) +
                 "\n# TYPE mock_requests_total counter\nmock_requests_total " + std::to_string(stats_.requests) +
-                "\n# TYPE mock_cancelled_total counter\nmock_cancelled_total " + std::to_string(stats_.cancelled) + "\n";
+                "\n# TYPE mock_cancelled_total counter\nmock_cancelled_total " + std::to_string(stats_.cancelled) +
+                "\n";
             co_return co_await send(res, keep);
         }
         bool chat = path == "/v1/chat/completions";
@@ -295,11 +304,12 @@ net::awaitable<void> accept_loop(tcp::acceptor& acceptor, const MockOptions& opt
         auto [ec, socket] = co_await acceptor.async_accept(k_use);
         if (ec) co_return;
         socket.set_option(tcp::no_delay(true));
-        net::co_spawn(acceptor.get_executor(),
-                      [s = std::make_shared<MockSession>(std::move(socket), options, stats)]() -> net::awaitable<void> {
-                          co_await s->run();
-                      },
-                      net::detached);
+        net::co_spawn(
+            acceptor.get_executor(),
+            [s = std::make_shared<MockSession>(std::move(socket), options, stats)]() -> net::awaitable<void> {
+                co_await s->run();
+            },
+            net::detached);
     }
 }
 

@@ -28,8 +28,8 @@ bool is_connection_failure(const beast::error_code& ec) {
 
 }  // namespace
 
-std::string client_head(const http::response_parser<http::buffer_body>& parser, RelayOptions& options,
-                        bool& chunked, const ForwardHooks& hooks) {
+std::string client_head(const http::response_parser<http::buffer_body>& parser, RelayOptions& options, bool& chunked,
+                        const ForwardHooks& hooks) {
     const auto& response = parser.get();
     chunked = false;
     if (!parser.is_done() && !parser.content_length()) {
@@ -47,9 +47,8 @@ std::string client_head(const http::response_parser<http::buffer_body>& parser, 
     return head;
 }
 
-net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& health,
-                                      const UpstreamRequest& request, ClientSide client,
-                                      ExchangeWatch& watch, const ForwardHooks& hooks,
+net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& health, const UpstreamRequest& request,
+                                      ClientSide client, ExchangeWatch& watch, const ForwardHooks& hooks,
                                       const core::Clock& clock) {
     ForwardResult result;
     const auto& cfg = pool.config();
@@ -59,8 +58,7 @@ net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& heal
         return result;
     };
     auto outcome_of = [](const beast::error_code& ec) {
-        return ec == beast::error::timeout ? ForwardOutcome::upstream_timeout
-                                           : ForwardOutcome::upstream_unavailable;
+        return ec == beast::error::timeout ? ForwardOutcome::upstream_timeout : ForwardOutcome::upstream_unavailable;
     };
 
     std::unique_ptr<UpstreamConnection> conn;

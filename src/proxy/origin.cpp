@@ -62,8 +62,7 @@ std::string new_request_id() {
 std::string request_id_for(std::string_view given) {
     if (given.empty() || given.size() > 128) return new_request_id();
     for (char c : given)
-        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.')
-            return new_request_id();
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') return new_request_id();
     return std::string(given);
 }
 

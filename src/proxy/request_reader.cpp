@@ -27,14 +27,12 @@ RequestErrorText describe(RequestError error) {
             return {431, "headers_too_large", "The request headers exceed the gateway's limit."};
         case RequestError::body_too_large:
             return {413, "request_too_large", "The request body exceeds the gateway's limit."};
-        case RequestError::obs_fold:
-            return {400, "invalid_http", "Folded header lines (obs-fold) are not accepted."};
+        case RequestError::obs_fold: return {400, "invalid_http", "Folded header lines (obs-fold) are not accepted."};
         case RequestError::bad_transfer_encoding:
             return {400, "invalid_http", "Transfer-Encoding must end with chunked."};
         case RequestError::unsupported_transfer_coding:
             return {501, "invalid_http", "Only the chunked transfer coding is supported."};
-        case RequestError::bad_host:
-            return {400, "invalid_http", "An HTTP/1.1 request needs exactly one Host header."};
+        case RequestError::bad_host: return {400, "invalid_http", "An HTTP/1.1 request needs exactly one Host header."};
         case RequestError::malformed:
         case RequestError::none: break;
     }
@@ -120,7 +118,8 @@ http::request<http::string_body> RequestReader::release() {
     if (message.chunked()) {
         // Trailer fields came after the body; they are not part of the head that goes on.
         std::size_t index = 0;
-        for (auto it = message.begin(); it != message.end();) it = index++ < header_fields_ ? std::next(it) : message.erase(it);
+        for (auto it = message.begin(); it != message.end();)
+            it = index++ < header_fields_ ? std::next(it) : message.erase(it);
     }
     return message;
 }

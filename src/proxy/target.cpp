@@ -41,7 +41,7 @@ bool already_normal(std::string_view path) {
         auto c = static_cast<unsigned char>(path[i]);
         if (c == '%' || c == ';' || c == '#' || forbidden(c)) return false;
         if (c != '/') continue;
-        if (i + 1 == path.size()) return i == 0;  // "/" alone is normal, a trailing one is not
+        if (i + 1 == path.size()) return i == 0;                     // "/" alone is normal, a trailing one is not
         if (path[i + 1] == '/' || path[i + 1] == '.') return false;  // "//", or maybe "/." or "/.."
     }
     return true;

@@ -32,7 +32,8 @@ void TimedStream::close_socket() {
 void TimedStream::arm(const std::shared_ptr<Watchdog>& dog) {
     dog->armed_for = dog->deadline;
     dog->timer.expires_at(dog->deadline);  // a wait already pending ends as aborted, and is ignored
-    dog->timer.async_wait([dog, generation = ++dog->generation](const beast::error_code&) { on_timer(dog, generation); });
+    dog->timer.async_wait(
+        [dog, generation = ++dog->generation](const beast::error_code&) { on_timer(dog, generation); });
 }
 
 void TimedStream::on_timer(const std::shared_ptr<Watchdog>& dog, std::uint64_t generation) {

@@ -1,8 +1,8 @@
 #include "tokengate/proxy/wire.hpp"
 
-#include <boost/container/small_vector.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/status.hpp>
+#include <boost/container/small_vector.hpp>
 
 #include <algorithm>
 #include <charconv>

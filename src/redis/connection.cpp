@@ -224,29 +224,28 @@ void Connection::flush() {
 }
 
 void Connection::read() {
-    socket_.async_read_some(
-        net::buffer(read_buffer_), [self = shared_from_this(), gen = generation_](boost::system::error_code ec,
-                                                                                  std::size_t n) {
-            if (gen != self->generation_) return;
-            if (ec) {
-                self->fail(ec == net::error::eof ? "closed by the server" : "read: " + ec.message());
-                return;
-            }
-            if (!self->reader_.feed(self->read_buffer_.data(), n)) return self->fail("redis reader: out of memory");
-            Reply reply;
-            for (;;) {
-                auto next = self->reader_.next(reply);
-                if (next == ReplyReader::Next::incomplete) break;
-                if (next == ReplyReader::Next::protocol_error)
-                    return self->fail("redis protocol error: " + std::string(self->reader_.error()));
-                if (self->callbacks_.empty()) return self->fail("a reply nobody asked for");
-                auto cb = std::move(self->callbacks_.front());
-                self->callbacks_.pop_front();
-                cb(Result{CallError::none, std::move(reply)});
-                if (gen != self->generation_) return;  // the callback failed the connection
-            }
-            self->read();
-        });
+    socket_.async_read_some(net::buffer(read_buffer_), [self = shared_from_this(), gen = generation_](
+                                                           boost::system::error_code ec, std::size_t n) {
+        if (gen != self->generation_) return;
+        if (ec) {
+            self->fail(ec == net::error::eof ? "closed by the server" : "read: " + ec.message());
+            return;
+        }
+        if (!self->reader_.feed(self->read_buffer_.data(), n)) return self->fail("redis reader: out of memory");
+        Reply reply;
+        for (;;) {
+            auto next = self->reader_.next(reply);
+            if (next == ReplyReader::Next::incomplete) break;
+            if (next == ReplyReader::Next::protocol_error)
+                return self->fail("redis protocol error: " + std::string(self->reader_.error()));
+            if (self->callbacks_.empty()) return self->fail("a reply nobody asked for");
+            auto cb = std::move(self->callbacks_.front());
+            self->callbacks_.pop_front();
+            cb(Result{CallError::none, std::move(reply)});
+            if (gen != self->generation_) return;  // the callback failed the connection
+        }
+        self->read();
+    });
 }
 
 void Connection::fail(const std::string& why) {

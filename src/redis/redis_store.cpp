@@ -1,5 +1,6 @@
 #include "tokengate/redis/redis_store.hpp"
 
+#include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -7,7 +8,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -88,7 +88,7 @@ struct RedisStore::Client {
     std::deque<std::vector<std::string>> retry;
 };
 
-RedisStore::RedisStore(StoreOptions options, const core::Clock& clock, metrics::Registry& registry)
+RedisStore::RedisStore(StoreOptions options, const core::Clock& clock, StoreEvents events)
     : options_(std::move(options)),
       clock_(clock),
       endpoint_(parse_url(options_.config.url)),
@@ -96,27 +96,14 @@ RedisStore::RedisStore(StoreOptions options, const core::Clock& clock, metrics::
       local_(clock),
       breaker_(clock, options_.failures_to_open, options_.breaker_cooldown,
                [this](bool open) {
-                   breaker_gauge_.set({}, open ? 1 : 0);
-                   if (open) spdlog::warn("redis circuit breaker open: skipping Redis, probing every {} ms",
-                                          options_.breaker_cooldown / 1'000'000);
+                   if (events_.breaker) events_.breaker(open);
+                   if (open)
+                       spdlog::warn("redis circuit breaker open: skipping Redis, probing every {} ms",
+                                    options_.breaker_cooldown / 1'000'000);
                    else spdlog::info("redis circuit breaker closed: shared limits resume");
                }),
       id_(++g_store_ids),
-      calls_(registry.counter("tokengate_redis_calls_total", "Redis calls by the limiter, by result.", {"result"})),
-      breaker_gauge_(registry.gauge("tokengate_redis_breaker_open", "1 while the Redis circuit breaker is open.", {})),
-      replicas_gauge_(registry.gauge("tokengate_redis_live_replicas",
-                                     "Gateway replicas announcing themselves on Redis (the local fallback's divisor).",
-                                     {})),
-      fallbacks_(registry.counter("tokengate_redis_fallback_decisions_total",
-                                  "Decisions taken without Redis, by store.redis.on_error policy.", {"policy"})),
-      retried_(registry.counter("tokengate_redis_settlements_retried_total",
-                                "Settlements that could not reach Redis and were queued for retry.", {})),
-      dropped_(registry.counter("tokengate_redis_settlements_dropped_total",
-                                "Settlements dropped because the retry queue was full.", {})) {
-    breaker_gauge_.set({}, 0);
-    replicas_gauge_.set({}, 1);
-    dropped_.add({}, 0);
-}
+      events_(std::move(events)) {}
 
 RedisStore::~RedisStore() { stop(); }
 
@@ -184,7 +171,8 @@ RedisStore::Client* RedisStore::any_client() {
 
 bool RedisStore::ready() {
     auto* c = client_here();
-    return c && std::any_of(c->connections.begin(), c->connections.end(), [](const auto& conn) { return conn->ready(); });
+    return c &&
+           std::any_of(c->connections.begin(), c->connections.end(), [](const auto& conn) { return conn->ready(); });
 }
 
 Connection* RedisStore::pick(Client& c) {
@@ -237,7 +225,7 @@ net::awaitable<Result> RedisStore::call(Client& c, std::vector<std::string> args
         }
         if (is_noscript(*pending->result) && args[0] == "EVALSHA") {
             // SCRIPT FLUSH or a restarted Redis: send the text once, which loads it again.
-            calls_.add({"noscript"});
+            count_call("noscript");
             as_eval(args);
             continue;
         }
@@ -247,13 +235,13 @@ net::awaitable<Result> RedisStore::call(Client& c, std::vector<std::string> args
 }
 
 void RedisStore::note_success() {
-    calls_.add({"ok"});
+    count_call("ok");
     if (!healthy_.load(std::memory_order_relaxed) && !healthy_.exchange(true))
         spdlog::info("redis answers again: limits are shared across replicas again");
 }
 
 void RedisStore::note_failure(CallError error) {
-    calls_.add({error_name(error)});
+    count_call(error_name(error));
     if (healthy_.load(std::memory_order_relaxed) && healthy_.exchange(false)) {
         auto divisor = std::max(1u, live_replicas());
         local_.clear();
@@ -287,13 +275,13 @@ net::awaitable<bool> RedisStore::wait_ready(std::chrono::nanoseconds limit) {
 net::awaitable<Decision> RedisStore::run_decision(std::span<const Charge> charges, bool commit) {
     auto* client = client_here();
     if (!client || stopping_.load() || !breaker_.allow()) {
-        calls_.add({"skipped"});
+        count_call("skipped");
         co_return fallback(charges, commit);
     }
     auto lease = commit ? next_lease() : std::string();
     auto lease_ms = static_cast<double>(options_.lease) / 1e6;
-    auto r = co_await call(*client,
-                           decide_call("", options_.config.prefix, charges, commit, lease, lease_ms, script_now_us()).args);
+    auto r = co_await call(
+        *client, decide_call("", options_.config.prefix, charges, commit, lease, lease_ms, script_now_us()).args);
     if (r.ok()) {
         std::string error;
         if (auto d = parse_decision(r.reply, charges, error)) {
@@ -327,7 +315,7 @@ net::awaitable<Decision> RedisStore::run_decision(std::span<const Charge> charge
 
 Decision RedisStore::fallback(std::span<const Charge> charges, bool commit) {
     auto policy = options_.config.on_error;
-    if (commit) fallbacks_.add({policy_name(policy)});
+    if (commit && events_.fallback) events_.fallback(policy_name(policy));
     if (policy == config::OnStoreError::local) return commit ? local_.decide(charges) : local_.peek(charges);
     Decision d;
     d.statuses.resize(charges.size());
@@ -352,7 +340,7 @@ void RedisStore::settle(std::span<const Charge> charged, double actual_cost, std
     }
     auto* c = any_client();
     if (!c) {
-        dropped_.add({});
+        if (events_.settlement_dropped) events_.settlement_dropped();
         spdlog::error("redis: a settlement was dropped (no Redis client)");
         return;
     }
@@ -378,27 +366,27 @@ void RedisStore::send_settlement(Client& c, std::vector<std::string> args) {
     conn->send(*held, [this, &c, held](Result r) {
         --settlements_in_flight_;
         if (r.ok()) {
-            calls_.add({"ok"});
+            count_call("ok");
             return;
         }
         auto& resend = *held;
         if (is_noscript(r) && resend[0] == "EVALSHA") {
-            calls_.add({"noscript"});
+            count_call("noscript");
             as_eval(resend);
             send_settlement(c, std::move(resend));
             return;
         }
-        calls_.add({r.error == CallError::none ? "error" : error_name(r.error)});
+        count_call(r.error == CallError::none ? "error" : error_name(r.error));
         keep_for_retry(c, std::move(resend));
     });
 }
 
 void RedisStore::keep_for_retry(Client& c, std::vector<std::string> args) {
-    retried_.add({});
+    if (events_.settlement_retried) events_.settlement_retried();
     if (c.retry.size() >= options_.retry_capacity) {
         c.retry.pop_front();
         --settlements_waiting_;
-        dropped_.add({});
+        if (events_.settlement_dropped) events_.settlement_dropped();
     }
     c.retry.push_back(std::move(args));
     ++settlements_waiting_;
@@ -432,11 +420,12 @@ net::awaitable<void> RedisStore::heartbeat_loop(Client& c) {
         if (ec) co_return;
         timer.expires_after(period);
         if (!breaker_.allow()) continue;
-        auto r = co_await call(c, heartbeat_call("", options_.config.prefix, replica_id_, ttl_ms, script_now_us()).args);
+        auto r =
+            co_await call(c, heartbeat_call("", options_.config.prefix, replica_id_, ttl_ms, script_now_us()).args);
         if (r.ok() && r.reply.type == Reply::Type::integer) {
             auto n = static_cast<unsigned>(std::max<long long>(1, r.reply.integer));
             if (n != live_replicas_.exchange(n)) spdlog::info("redis: {} live replicas share the limits", n);
-            replicas_gauge_.set({}, n);
+            if (events_.replicas) events_.replicas(n);
             breaker_.record(true);
             note_success();
             flush_retries(c);

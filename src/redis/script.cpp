@@ -255,7 +255,8 @@ ScriptCall decide_call(std::string_view sha, std::string_view prefix, std::span<
         a.emplace_back(spec.enforce ? "1" : "0");
         if (kind == 's') {
             // Without max_wait, a request may wait as long as a full queue of single units takes.
-            double max_wait_s = spec.max_wait > 0 ? static_cast<double>(spec.max_wait) / 1e9 : spec.capacity / spec.rate_per_s;
+            double max_wait_s =
+                spec.max_wait > 0 ? static_cast<double>(spec.max_wait) / 1e9 : spec.capacity / spec.rate_per_s;
             a.push_back(number_text(max_wait_s * 1e6));
             a.push_back(number_text(spec.unit == config::Unit::cost ? c.amount : 1.0));
         } else {
@@ -284,7 +285,8 @@ ScriptCall settle_call(std::string_view sha, std::string_view prefix, std::span<
     bool adjusts = std::any_of(due.begin(), due.end(), [](const limiter::Charge* c) {
         return c->spec->algorithm != config::Algorithm::concurrency;
     });
-    a.push_back(adjusts ? std::string(prefix) + "settled:" + std::string(lease) : std::string());  // releases repeat harmlessly
+    a.push_back(adjusts ? std::string(prefix) + "settled:" + std::string(lease)
+                        : std::string());  // releases repeat harmlessly
     for (const auto* c : due) {
         bool concurrency = c->spec->algorithm == config::Algorithm::concurrency;
         a.emplace_back(concurrency ? "c" : "r");
@@ -299,8 +301,14 @@ ScriptCall settle_call(std::string_view sha, std::string_view prefix, std::span<
 ScriptCall heartbeat_call(std::string_view sha, std::string_view prefix, std::string_view replica, double ttl_ms,
                           double now_us) {
     ScriptCall call;
-    call.args = {"EVALSHA", std::string(sha), "1", std::string(prefix) + "replicas", "heartbeat",
-                 time_arg(now_us), std::string(replica), number_text(ttl_ms)};
+    call.args = {"EVALSHA",
+                 std::string(sha),
+                 "1",
+                 std::string(prefix) + "replicas",
+                 "heartbeat",
+                 time_arg(now_us),
+                 std::string(replica),
+                 number_text(ttl_ms)};
     return call;
 }
 

@@ -92,18 +92,21 @@ std::variant<pipeline::Admitted, Response> explain_admission(const Runtime& rt, 
     };
     auto path = text("path", "/v1/chat/completions");
     auto client_ip = text("client_ip", "127.0.0.1");
-    if (!path || !client_ip) return admin_error(http::status::bad_request, "invalid_body", "'path' and 'client_ip' must be strings.");
+    if (!path || !client_ip)
+        return admin_error(http::status::bad_request, "invalid_body", "'path' and 'client_ip' must be strings.");
     auto target = proxy::normalize_target(*path);  // as the data plane matches it
     std::string request_body = in.contains("body") ? in["body"].dump() : std::string();
     auto key = in["key"].get<std::string>();
     std::optional<auth::Principal> who;
     // The data plane's own admission: a refusal there is this call's 400, with the same code.
     auto admitted = pipeline::admit(rt, {key, target, *client_ip, request_body}, who);
-    if (auto* no = std::get_if<pipeline::Rejection>(&admitted)) return admin_error(http::status::bad_request, no->code, no->message);
+    if (auto* no = std::get_if<pipeline::Rejection>(&admitted))
+        return admin_error(http::status::bad_request, no->code, no->message);
     return std::get<pipeline::Admitted>(std::move(admitted));
 }
 
-Response explain(Services& services, const Runtime& rt, const pipeline::Admitted& a, const limiter::Decision& decision) {
+Response explain(Services& services, const Runtime& rt, const pipeline::Admitted& a,
+                 const limiter::Decision& decision) {
     if (decision.unavailable) return limiter_unavailable();
     json limits = json::array();
     for (std::size_t i = 0; i < decision.statuses.size(); ++i) {
@@ -111,7 +114,9 @@ Response explain(Services& services, const Runtime& rt, const pipeline::Admitted
         const auto& v = decision.statuses[i].verdict;
         l["requested"] = a.charges[i].amount;
         l["admitted"] = v.admitted;
-        l["retry_after_s"] = v.admitted ? json(nullptr) : v.never ? json("never") : json(static_cast<double>(v.retry_after) / 1e9);
+        l["retry_after_s"] = v.admitted ? json(nullptr)
+                             : v.never  ? json("never")
+                                        : json(static_cast<double>(v.retry_after) / 1e9);
         limits.push_back(l);
     }
     json headers = json::object();
@@ -145,7 +150,9 @@ net::awaitable<Response> handle(Services& services, const http::request<http::st
         // fail_closed without Redis would refuse everything: send traffic elsewhere.
         bool limiter_down = services.store->refusing();
         co_return json_response(draining || limiter_down ? http::status::service_unavailable : http::status::ok,
-                                {{"status", draining ? "draining" : limiter_down ? "rate_limiter_unavailable" : "ready"}});
+                                {{"status", draining       ? "draining"
+                                            : limiter_down ? "rate_limiter_unavailable"
+                                                           : "ready"}});
     }
     if (get && path == "/metrics") {
         services.metrics.queue_depth.clear();
@@ -156,11 +163,12 @@ net::awaitable<Response> handle(Services& services, const http::request<http::st
         res.body() = services.registry.render();
         co_return res;
     }
-    if (path.substr(0, 7) != "/admin/") co_return admin_error(http::status::not_found, "not_found", "Unknown admin path.");
+    if (path.substr(0, 7) != "/admin/")
+        co_return admin_error(http::status::not_found, "not_found", "Unknown admin path.");
     if (!authorized(req, *rt->config))
         co_return admin_error(http::status::unauthorized, "invalid_admin_token",
-                           "Admin calls need 'Authorization: Bearer <token>' with the token from " +
-                               rt->config->admin.token_env + ".");
+                              "Admin calls need 'Authorization: Bearer <token>' with the token from " +
+                                  rt->config->admin.token_env + ".");
     constexpr std::string_view k_tenants = "/admin/tenants/";
     if (get && path.substr(0, k_tenants.size()) == k_tenants) {
         auto id = path.substr(k_tenants.size());
@@ -196,9 +204,10 @@ net::awaitable<void> serve_admin_connection(net::ip::tcp::socket socket, Service
         auto [ec, n] = co_await http::async_read(stream, buffer, parser, k_use);
         if (ec == http::error::body_limit || ec == http::error::header_limit) {
             bool body = ec == http::error::body_limit;
-            auto res = admin_error(body ? http::status::payload_too_large : http::status::request_header_fields_too_large,
-                                   body ? "request_too_large" : "headers_too_large",
-                                   body ? "Admin request bodies are limited to 1 MiB." : "The request headers are too large.");
+            auto res =
+                admin_error(body ? http::status::payload_too_large : http::status::request_header_fields_too_large,
+                            body ? "request_too_large" : "headers_too_large",
+                            body ? "Admin request bodies are limited to 1 MiB." : "The request headers are too large.");
             res.keep_alive(false);
             res.prepare_payload();
             co_await http::async_write(stream, res, k_use);

@@ -1,12 +1,12 @@
 #include "tokengate/server/gateway.hpp"
 
+#include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <spdlog/spdlog.h>
 
 #include <thread>
 
@@ -37,8 +37,8 @@ public:
         : services_(std::make_shared<const Runtime>(config), std::move(log), clock) {
         services_.config_path = std::move(config_path);
         services_.reload = [this](std::string& error) { return reload_from_file(error); };
-        unsigned threads = config->server.threads ? config->server.threads
-                                                  : std::max(1u, std::thread::hardware_concurrency());
+        unsigned threads =
+            config->server.threads ? config->server.threads : std::max(1u, std::thread::hardware_concurrency());
         auto address = net::ip::make_address(config->server.host);
         net::ip::tcp::endpoint endpoint{address, config->server.port};
         for (unsigned i = 0; i < threads; ++i) {
@@ -101,7 +101,8 @@ public:
 
     void reload(std::shared_ptr<const config::GatewayConfig> config) override {
         auto previous = services_.runtime.get();
-        if (config->server.host != previous->config->server.host || config->server.port != previous->config->server.port)
+        if (config->server.host != previous->config->server.host ||
+            config->server.port != previous->config->server.port)
             spdlog::warn("reload: server.listen changed; it takes effect only at restart");
         const auto& was = previous->config->store;
         if (store_changed(was, config->store))

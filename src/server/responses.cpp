@@ -35,9 +35,8 @@ std::string error_response_text(http::status status, std::string_view type, std:
     return out;
 }
 
-http::response<http::string_body> error_response(http::status status, std::string_view type,
-                                                 std::string_view code, std::string_view message,
-                                                 unsigned version, bool keep_alive) {
+http::response<http::string_body> error_response(http::status status, std::string_view type, std::string_view code,
+                                                 std::string_view message, unsigned version, bool keep_alive) {
     http::response<http::string_body> res{status, version};
     res.set(http::field::content_type, "application/json");
     res.set(http::field::server, "tokengate");

@@ -14,13 +14,14 @@ Runtime::Runtime(std::shared_ptr<const config::GatewayConfig> cfg, const Runtime
     const auto& c = config->cost;
     if (!c.tiktoken_path.empty()) {
         const auto& old = previous ? previous->config->cost : c;
-        if (previous && previous->tokenizer && old.tiktoken_path == c.tiktoken_path && old.tiktoken_pattern == c.tiktoken_pattern)
+        if (previous && previous->tokenizer && old.tiktoken_path == c.tiktoken_path &&
+            old.tiktoken_pattern == c.tiktoken_pattern)
             tokenizer = previous->tokenizer;
-        else if (c.tiktoken_pattern.empty())
-            tokenizer = cost::BpeTokenizer::load(c.tiktoken_path);
+        else if (c.tiktoken_pattern.empty()) tokenizer = cost::BpeTokenizer::load(c.tiktoken_path);
         else
-            tokenizer = cost::BpeTokenizer::load(c.tiktoken_path, c.tiktoken_pattern == "o200k" ? cost::BpeTokenizer::Pattern::o200k
-                                                                                               : cost::BpeTokenizer::Pattern::cl100k);
+            tokenizer = cost::BpeTokenizer::load(c.tiktoken_path, c.tiktoken_pattern == "o200k"
+                                                                      ? cost::BpeTokenizer::Pattern::o200k
+                                                                      : cost::BpeTokenizer::Pattern::cl100k);
     }
 }
 

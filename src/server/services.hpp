@@ -3,8 +3,8 @@
 // Internal to the server module: what the connection coroutines share.
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include <atomic>
 #include <functional>
@@ -50,8 +50,7 @@ struct GatewayMetrics {
 
 /// Shared by every worker thread.
 struct Services {
-    Services(std::shared_ptr<const Runtime> runtime, std::shared_ptr<spdlog::logger> log,
-             const core::Clock& c)
+    Services(std::shared_ptr<const Runtime> runtime, std::shared_ptr<spdlog::logger> log, const core::Clock& c)
         : runtime(std::move(runtime)), access_log(std::move(log)), clock(c), metrics(registry) {}
 
     RuntimeHolder runtime;
@@ -60,11 +59,12 @@ struct Services {
     std::function<bool(std::string& error)> reload;
     std::shared_ptr<spdlog::logger> access_log;
     const core::Clock& clock;
-    std::unique_ptr<store::Store> store;  // built by make_store once the event loops exist
     std::atomic<bool> draining{false};
     std::atomic<std::uint64_t> open_connections{0};
     metrics::Registry registry;
     GatewayMetrics metrics;
+    // Last, so it goes first: a store that reports to the metrics never outlives them.
+    std::unique_ptr<store::Store> store;  // built by make_store once the event loops exist
 };
 
 /// One per worker thread; touched only from that thread's event loop.

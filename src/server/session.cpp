@@ -1,9 +1,9 @@
+#include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/http.hpp>
-#include <spdlog/spdlog.h>
 
 #include "linger.hpp"
 #include "pipeline/admit.hpp"
@@ -33,7 +33,10 @@ std::chrono::nanoseconds ns(Nanos n) { return std::chrono::nanoseconds(n); }
 class Session {
 public:
     Session(tcp::socket socket, Worker& worker)
-        : worker_(worker), services_(worker.services), stream_(std::move(socket)), watcher_exited_(stream_.get_executor()) {
+        : worker_(worker),
+          services_(worker.services),
+          stream_(std::move(socket)),
+          watcher_exited_(stream_.get_executor()) {
         beast::error_code ec;
         auto endpoint = stream_.socket().remote_endpoint(ec);
         peer_ = ec ? "0.0.0.0" : proxy::address_text(endpoint.address());
@@ -174,11 +177,13 @@ private:
         auto target = proxy::normalize_target(req.target());  // routes and upstreams see one spelling
         auto rec = start_record(req, target, cfg.server);
         Reply reply{req.version(), req.keep_alive() && !services_.draining.load(), cfg.server.idle_timeout};
-        if (services_.draining.load()) co_return co_await refuse(pipeline::shutting_down(), rec, {reply.version, false, reply.idle_timeout});
+        if (services_.draining.load())
+            co_return co_await refuse(pipeline::shutting_down(), rec, {reply.version, false, reply.idle_timeout});
 
         std::optional<auth::Principal> who;
         auto admission = pipeline::admit(
-            *rt, {auth::extract_key(req[http::field::authorization], req["x-api-key"]), target, rec.client_ip, req.body()},
+            *rt,
+            {auth::extract_key(req[http::field::authorization], req["x-api-key"]), target, rec.client_ip, req.body()},
             who);
         if (who) rec.tenant = cfg.tenants[who->tenant].id, rec.key_id = who->key_id;
         if (auto* no = std::get_if<pipeline::Rejection>(&admission)) co_return co_await refuse(*no, rec, reply);
@@ -186,7 +191,8 @@ private:
         rec.model = admitted.summary.model;
         rec.route = cfg.routes[admitted.route].path;
 
-        auto limited = co_await pipeline::limit(*services_.store, admitted, rec.tenant, services_.metrics, services_.clock);
+        auto limited =
+            co_await pipeline::limit(*services_.store, admitted, rec.tenant, services_.metrics, services_.clock);
         if (auto* no = std::get_if<pipeline::Rejection>(&limited)) co_return co_await refuse(*no, rec, reply);
         auto& permit = std::get<pipeline::Permit>(limited);
         rec.cost_reserved = admitted.reserved;
@@ -201,8 +207,14 @@ private:
         proxy::ClientOrigin origin{peer_, rec.client_ip, proxy::is_trusted_proxy(cfg.server.trusted_proxies, peer_),
                                    rec.request_id};
         auto done = co_await pipeline::exchange(
-            worker_, {*rt, admitted, req, target, origin, permit.headers(),
-                      {stream_, reply.keep_alive, reply.version, req.method() == http::verb::head}, watch_});
+            worker_, {*rt,
+                      admitted,
+                      req,
+                      target,
+                      origin,
+                      permit.headers(),
+                      {stream_, reply.keep_alive, reply.version, req.method() == http::verb::head},
+                      watch_});
         co_await stop_watching();
 
         permit.settle(done.settled.cost);
@@ -211,7 +223,8 @@ private:
         rec.cost_settled = done.settled.cost;
         rec.prompt_tokens = done.settled.prompt_tokens;
         rec.completion_tokens = done.settled.completion_tokens;
-        if (done.rejection) co_return co_await refuse(*done.rejection, rec, {reply.version, done.keep_alive, reply.idle_timeout});
+        if (done.rejection)
+            co_return co_await refuse(*done.rejection, rec, {reply.version, done.keep_alive, reply.idle_timeout});
         rec.status = done.status;
         pipeline::record(rec, worker_);
         co_return done.keep_alive;
@@ -257,8 +270,8 @@ private:
     bool between_requests_ = false;  // waiting for the next request: a drain may close us
     beast::flat_buffer buffer_;
     std::string peer_;
-    proxy::ExchangeWatch watch_;                // shared with the watcher during a forward
-    net::steady_timer watcher_exited_;          // cancelled when the watcher ends
+    proxy::ExchangeWatch watch_;        // shared with the watcher during a forward
+    net::steady_timer watcher_exited_;  // cancelled when the watcher ends
     bool watch_exited_ = true;
 };
 

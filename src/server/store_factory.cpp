@@ -5,11 +5,42 @@
 
 namespace tokengate::server {
 
+namespace {
+
+/// The tokengate_redis_* series (SPEC §10), fed by the store's events.
+redis::StoreEvents redis_metrics(metrics::Registry& registry) {
+    auto& calls = registry.counter("tokengate_redis_calls_total", "Redis calls by the limiter, by result.", {"result"});
+    auto& breaker = registry.gauge("tokengate_redis_breaker_open", "1 while the Redis circuit breaker is open.", {});
+    auto& replicas =
+        registry.gauge("tokengate_redis_live_replicas",
+                       "Gateway replicas announcing themselves on Redis (the local fallback's divisor).", {});
+    auto& fallbacks = registry.counter("tokengate_redis_fallback_decisions_total",
+                                       "Decisions taken without Redis, by store.redis.on_error policy.", {"policy"});
+    auto& retried = registry.counter("tokengate_redis_settlements_retried_total",
+                                     "Settlements that could not reach Redis and were queued for retry.", {});
+    auto& dropped = registry.counter("tokengate_redis_settlements_dropped_total",
+                                     "Settlements dropped because the retry queue was full.", {});
+    breaker.set({}, 0);
+    replicas.set({}, 1);
+    dropped.add({}, 0);
+    redis::StoreEvents events;
+    events.call = [&calls](std::string_view result) { calls.add({result}); };
+    events.breaker = [&breaker](bool open) { breaker.set({}, open ? 1 : 0); };
+    events.replicas = [&replicas](unsigned n) { replicas.set({}, n); };
+    events.fallback = [&fallbacks](std::string_view policy) { fallbacks.add({policy}); };
+    events.settlement_retried = [&retried] { retried.add({}); };
+    events.settlement_dropped = [&dropped] { dropped.add({}); };
+    return events;
+}
+
+}  // namespace
+
 std::unique_ptr<store::Store> make_store(const config::GatewayConfig& config, const core::Clock& clock,
-                                         metrics::Registry& registry, std::span<const std::unique_ptr<Worker>> workers) {
+                                         metrics::Registry& registry,
+                                         std::span<const std::unique_ptr<Worker>> workers) {
     if (config.store.backend == config::StoreBackend::memory) return std::make_unique<store::LocalStore>(clock);
     const auto& rc = config.store.redis;
-    auto redis = std::make_unique<redis::RedisStore>(redis::options_from_env(rc), clock, registry);
+    auto redis = std::make_unique<redis::RedisStore>(redis::options_from_env(rc), clock, redis_metrics(registry));
     // store.redis.pool connections in all, split over the workers' event loops.
     auto count = static_cast<unsigned>(workers.size());
     unsigned per_worker = std::max(1u, (rc.pool + count - 1) / count);

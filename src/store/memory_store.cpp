@@ -24,9 +24,7 @@ void MemoryStore::make_room(Shard& shard, core::Nanos now) {
         it = evictable(it->second, now, false) ? shard.buckets.erase(it) : std::next(it);
 }
 
-std::size_t MemoryStore::shard_of(const std::string& key) const {
-    return std::hash<std::string>{}(key) % k_shards;
-}
+std::size_t MemoryStore::shard_of(const std::string& key) const { return std::hash<std::string>{}(key) % k_shards; }
 
 const config::LimitSpec& MemoryStore::effective(const config::LimitSpec& spec, config::LimitSpec& share) const {
     auto divisor = divisor_.load(std::memory_order_relaxed);
@@ -131,7 +129,8 @@ Decision MemoryStore::peek(std::span<const Charge> charges) {
             status.verdict = (existing ? existing->gauge : fresh).check(c.amount);
         } else if (limiter::is_shaping(spec)) {
             limiter::ShapeQueue fresh(spec);
-            status.verdict = (existing && existing->queue ? *existing->queue : fresh).check(c.tenant, c.amount, now).verdict;
+            status.verdict =
+                (existing && existing->queue ? *existing->queue : fresh).check(c.tenant, c.amount, now).verdict;
         } else {
             limiter::RateBucket bucket = existing ? existing->rate : limiter::RateBucket(spec, now);
             bucket.reconfigure(spec, now);

@@ -15,9 +15,7 @@ namespace {
 constexpr auto k_use = net::as_tuple(net::use_awaitable);
 constexpr core::Nanos k_min_sleep = 1'000'000;
 
-net::steady_timer::time_point at(core::Nanos t) {
-    return net::steady_timer::time_point(std::chrono::nanoseconds(t));
-}
+net::steady_timer::time_point at(core::Nanos t) { return net::steady_timer::time_point(std::chrono::nanoseconds(t)); }
 
 }  // namespace
 

@@ -99,7 +99,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (!target.ok) continue;  // a 400 on a connection that stays open
         tokengate::proxy::ClientOrigin origin{"127.0.0.1", "127.0.0.1", false, "rid"};
         std::string body = message.body();
-        check_upstream(message, target, tokengate::proxy::make_upstream_request(message.base(), target, upstream(), origin, body));
+        check_upstream(message, target,
+                       tokengate::proxy::make_upstream_request(message.base(), target, upstream(), origin, body));
     }
     return 0;
 }

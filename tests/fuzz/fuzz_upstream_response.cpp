@@ -44,11 +44,11 @@ struct World {
     net::io_context io{1};
     tcp::acceptor upstream{io, {net::ip::make_address("127.0.0.1"), 0}};
     tcp::acceptor clients{io, {net::ip::make_address("127.0.0.1"), 0}};
-    std::string answer_a;       // this input's bytes for request A, at once
-    std::string late_a;         // and these once A's exchange has ended
-    bool keep_open = false;     // after A's bytes, keep the connection (else close it)
-    net::steady_timer a_ended{io};     // cancelled when A's exchange has ended
-    net::steady_timer late_sent{io};   // cancelled when the late bytes are written
+    std::string answer_a;             // this input's bytes for request A, at once
+    std::string late_a;               // and these once A's exchange has ended
+    bool keep_open = false;           // after A's bytes, keep the connection (else close it)
+    net::steady_timer a_ended{io};    // cancelled when A's exchange has ended
+    net::steady_timer late_sent{io};  // cancelled when the late bytes are written
     core::SteadyClock clock;
 };
 
@@ -56,34 +56,41 @@ World& world() {
     static World* w = [] {
         auto* created = new World;
         // The upstream: answers each request on a connection by its target.
-        net::co_spawn(created->io, [created]() -> net::awaitable<void> {
-            for (;;) {
-                auto [ec, socket] = co_await created->upstream.async_accept(k_use);
-                if (ec) co_return;
-                auto s = std::make_shared<tcp::socket>(std::move(socket));
-                net::co_spawn(created->io, [created, s]() -> net::awaitable<void> {
-                    std::string in;
-                    for (;;) {
-                        auto [rec, n] = co_await net::async_read_until(*s, net::dynamic_buffer(in), "\r\n\r\n", k_use);
-                        if (rec) co_return;
-                        bool is_a = in.find(" /a ") != std::string::npos;
-                        in.erase(0, n);
-                        std::string reply = is_a ? created->answer_a : std::string(k_answer_b);
-                        auto [wec, wn] = co_await net::async_write(*s, net::buffer(reply), k_use);
-                        if (wec) co_return;
-                        if (is_a && !created->late_a.empty()) {
-                            co_await created->a_ended.async_wait(k_use);
-                            co_await net::async_write(*s, net::buffer(created->late_a), k_use);
-                            created->late_sent.cancel();
-                        }
-                        if (is_a && !created->keep_open) {
-                            boost::system::error_code ignored;
-                            s->shutdown(tcp::socket::shutdown_send, ignored);
-                        }
-                    }
-                }, net::detached);
-            }
-        }, net::detached);
+        net::co_spawn(
+            created->io,
+            [created]() -> net::awaitable<void> {
+                for (;;) {
+                    auto [ec, socket] = co_await created->upstream.async_accept(k_use);
+                    if (ec) co_return;
+                    auto s = std::make_shared<tcp::socket>(std::move(socket));
+                    net::co_spawn(
+                        created->io,
+                        [created, s]() -> net::awaitable<void> {
+                            std::string in;
+                            for (;;) {
+                                auto [rec, n] =
+                                    co_await net::async_read_until(*s, net::dynamic_buffer(in), "\r\n\r\n", k_use);
+                                if (rec) co_return;
+                                bool is_a = in.find(" /a ") != std::string::npos;
+                                in.erase(0, n);
+                                std::string reply = is_a ? created->answer_a : std::string(k_answer_b);
+                                auto [wec, wn] = co_await net::async_write(*s, net::buffer(reply), k_use);
+                                if (wec) co_return;
+                                if (is_a && !created->late_a.empty()) {
+                                    co_await created->a_ended.async_wait(k_use);
+                                    co_await net::async_write(*s, net::buffer(created->late_a), k_use);
+                                    created->late_sent.cancel();
+                                }
+                                if (is_a && !created->keep_open) {
+                                    boost::system::error_code ignored;
+                                    s->shutdown(tcp::socket::shutdown_send, ignored);
+                                }
+                            }
+                        },
+                        net::detached);
+                }
+            },
+            net::detached);
         return created;
     }();
     return *w;
@@ -133,25 +140,28 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     cfg.first_byte_timeout = 20'000'000;  // an answer that never completes costs 20 ms, not minutes
     cfg.stream_idle_timeout = 20'000'000;
     bool done = false;
-    net::co_spawn(w.io, [&]() -> net::awaitable<void> {
-        proxy::ConnectionPool pool(w.io.get_executor(), cfg, 4);
-        proxy::UpstreamHealth health;
-        co_await exchange(w, pool, health, "/a");
-        if (!w.late_a.empty()) {  // the late bytes arrive while the connection sits in the pool
-            w.a_ended.cancel();
-            w.late_sent.expires_after(std::chrono::milliseconds(200));  // unless A's connection is gone
-            co_await w.late_sent.async_wait(k_use);
-        }
-        auto b = co_await exchange(w, pool, health, "/b");
-        require(b.result.outcome == proxy::ForwardOutcome::completed);
-        http::response_parser<http::string_body> parser;
-        parser.eager(true);
-        boost::beast::error_code ec;
-        auto used = parser.put(net::buffer(b.client_got), ec);
-        require(!ec && parser.is_done() && used == b.client_got.size());
-        require(parser.get().result_int() == 200 && parser.get().body() == "for:/b");
-        done = true;
-    }, net::detached);
+    net::co_spawn(
+        w.io,
+        [&]() -> net::awaitable<void> {
+            proxy::ConnectionPool pool(w.io.get_executor(), cfg, 4);
+            proxy::UpstreamHealth health;
+            co_await exchange(w, pool, health, "/a");
+            if (!w.late_a.empty()) {  // the late bytes arrive while the connection sits in the pool
+                w.a_ended.cancel();
+                w.late_sent.expires_after(std::chrono::milliseconds(200));  // unless A's connection is gone
+                co_await w.late_sent.async_wait(k_use);
+            }
+            auto b = co_await exchange(w, pool, health, "/b");
+            require(b.result.outcome == proxy::ForwardOutcome::completed);
+            http::response_parser<http::string_body> parser;
+            parser.eager(true);
+            boost::beast::error_code ec;
+            auto used = parser.put(net::buffer(b.client_got), ec);
+            require(!ec && parser.is_done() && used == b.client_got.size());
+            require(parser.get().result_int() == 200 && parser.get().body() == "for:/b");
+            done = true;
+        },
+        net::detached);
     while (!done) w.io.run_one();
     return 0;
 }

@@ -24,9 +24,7 @@ std::string chat_with_max_tokens(const std::string& max_tokens) {
     return R"({"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":)" + max_tokens + "}";
 }
 
-int status_of(const std::string& raw) {
-    return raw.rfind("HTTP/1.1 ", 0) == 0 ? std::stoi(raw.substr(9, 3)) : 0;
-}
+int status_of(const std::string& raw) { return raw.rfind("HTTP/1.1 ", 0) == 0 ? std::stoi(raw.substr(9, 3)) : 0; }
 
 // --- 1. Limiter overflow -------------------------------------------------------------------
 
@@ -44,11 +42,12 @@ tenants:
 TEST(Attacks, MaxTokensOf2To64CannotEraseDebt) {
     GatewayUnderTest gw(k_tight_tokens, "", 1e6);
     // 1 input + 48 output units, and the upstream really generates them: 1 unit left.
-    auto spend = gw.request(Request{"POST", "/v1/chat/completions", {k_auth, {"x-mock-completion-tokens", "2400"}},
-                                    chat_with_max_tokens("2400")});
+    auto spend = gw.request(Request{
+        "POST", "/v1/chat/completions", {k_auth, {"x-mock-completion-tokens", "2400"}}, chat_with_max_tokens("2400")});
     ASSERT_EQ(spend.status, 200) << spend.body;
     ASSERT_TRUE(gw.wait_settled(1));
-    auto huge = gw.request(Request{"POST", "/v1/chat/completions", {k_auth}, chat_with_max_tokens("18446744073709551615")});
+    auto huge =
+        gw.request(Request{"POST", "/v1/chat/completions", {k_auth}, chat_with_max_tokens("18446744073709551615")});
     EXPECT_EQ(huge.status, 429) << huge.body;
     EXPECT_EQ(json::parse(huge.body)["error"]["code"], "request_too_large_for_limit");
     EXPECT_TRUE(huge.header("retry-after").empty()) << "it can never pass";
@@ -89,7 +88,8 @@ TEST(Attacks, CheckRefusesLimitsBeyondTheLimitersRange) {
         auto out = dir.path() + "/out" + std::to_string(i++) + ".txt";
         std::ofstream(dir.path() + "/bad.yaml") << "upstreams:\n  - { name: u, url: http://127.0.0.1:1 }\nroutes:\n"
                                                    "  - { path: /v1/x, upstreams: [u] }\ntenants: []\n"
-                                                   "global_limits:\n  - { name: g, algorithm: token_bucket, " + limit + " }\n";
+                                                   "global_limits:\n  - { name: g, algorithm: token_bucket, " +
+                                                       limit + " }\n";
         Process check({gateway_binary(), "check", "-c", dir.path() + "/bad.yaml"}, out);
         EXPECT_EQ(check.wait(10s), 1) << limit;
         EXPECT_NE(read_file(out).find("bad.yaml:7:"), std::string::npos) << read_file(out);
@@ -103,8 +103,9 @@ TEST(Attacks, ABodyWhoseEndIsUnknownIsRefusedNotSmuggled) {
     ScriptedUpstream up([](const std::string& head, const std::string&) {
         return ScriptedUpstream::Reply{http_ok("for:" + target_of(head))};
     });
-    GatewayUnderTest gw("routes:\n  - { path_prefix: /raw/, upstreams: [scripted] }\ntenants:\n  - { id: acme, keys: [\"k1\"] }\n",
-                        "", 1000, up.yaml());
+    GatewayUnderTest gw(
+        "routes:\n  - { path_prefix: /raw/, upstreams: [scripted] }\ntenants:\n  - { id: acme, keys: [\"k1\"] }\n", "",
+        1000, up.yaml());
     const std::string smuggled = "GET /raw/SMUGGLED HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\n\r\n";
     for (const std::string te : {"Transfer-Encoding: gzip\r\n", "Transfer-Encoding: chunked, identity\r\n",
                                  "Transfer-Encoding: identity\r\n chunked\r\n", "Transfer-Encoding:\r\n chunked\r\n",
@@ -122,7 +123,8 @@ TEST(Attacks, ABodyWhoseEndIsUnknownIsRefusedNotSmuggled) {
 }
 
 TEST(Attacks, HostMustAppearOnceInHttp11) {
-    GatewayUnderTest gw("routes:\n  - { path: /v1/models, upstreams: [mock] }\ntenants:\n  - { id: acme, keys: [\"k1\"] }\n");
+    GatewayUnderTest gw(
+        "routes:\n  - { path: /v1/models, upstreams: [mock] }\ntenants:\n  - { id: acme, keys: [\"k1\"] }\n");
     for (const std::string hosts : {"", "Host: a\r\nHost: b\r\n"}) {
         RawClient c(gw.port());
         ASSERT_TRUE(c.send_all("GET /v1/models HTTP/1.1\r\n" + hosts + "Authorization: Bearer k1\r\n\r\n"));
@@ -137,11 +139,13 @@ TEST(Attacks, ChunkedTrailerFieldsAreNotForwardedAsHeaders) {
     ScriptedUpstream up([](const std::string& head, const std::string&) {
         return ScriptedUpstream::Reply{http_ok("for:" + target_of(head))};
     });
-    GatewayUnderTest gw("routes:\n  - { path_prefix: /raw/, upstreams: [scripted] }\ntenants:\n  - { id: acme, keys: [\"k1\"] }\n",
-                        "", 1000, up.yaml());
+    GatewayUnderTest gw(
+        "routes:\n  - { path_prefix: /raw/, upstreams: [scripted] }\ntenants:\n  - { id: acme, keys: [\"k1\"] }\n", "",
+        1000, up.yaml());
     RawClient c(gw.port());
-    ASSERT_TRUE(c.send_all("POST /raw/t HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\nTransfer-Encoding: chunked\r\n\r\n"
-                           "2\r\n{}\r\n0\r\nX-Evil: 1\r\nX-Api-Key: other\r\n\r\n"));
+    ASSERT_TRUE(
+        c.send_all("POST /raw/t HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   "2\r\n{}\r\n0\r\nX-Evil: 1\r\nX-Api-Key: other\r\n\r\n"));
     auto reply = c.read_some(5s, "for:/raw/t");
     EXPECT_EQ(status_of(reply), 200) << reply;
     ASSERT_EQ(up.heads().size(), 1u);
@@ -167,10 +171,12 @@ TEST(Attacks, BytesAfterAResponseNeverReachTheNextRequest) {
     });
     GatewayUnderTest gw(k_two_tenants, "", 1000, up.yaml());
     for (int round = 0; round < 10; ++round) {
-        auto a = gw.request(Request{"POST", "/raw/alice" + std::to_string(round), {{"Authorization", "Bearer ka"}}, "{}"});
+        auto a =
+            gw.request(Request{"POST", "/raw/alice" + std::to_string(round), {{"Authorization", "Bearer ka"}}, "{}"});
         EXPECT_EQ(a.body, "for:/raw/alice" + std::to_string(round));
         std::this_thread::sleep_for(150ms);  // the late bytes are in the pooled connection now
-        auto b = gw.request(Request{"POST", "/raw/bob" + std::to_string(round), {{"Authorization", "Bearer kb"}}, "{}"});
+        auto b =
+            gw.request(Request{"POST", "/raw/bob" + std::to_string(round), {{"Authorization", "Bearer kb"}}, "{}"});
         EXPECT_EQ(b.status, 200) << "round " << round;
         EXPECT_EQ(b.body, "for:/raw/bob" + std::to_string(round)) << "round " << round;
     }
@@ -196,9 +202,10 @@ TEST(Attacks, AChunkedResponseDrippedByteByByteIsRelayed) {
     // Beast 1.81 asserted on a last chunk re-parsed from 4 bytes: this aborted a build with
     // assertions (the ASan one) until the relay fed its parser through wire::put_buffered.
     ScriptedUpstream up([](const std::string&, const std::string&) {
-        return ScriptedUpstream::Reply{"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n"
-                                       "2\r\nok\r\n0\r\nX-Trailer: 1\r\n\r\n",
-                                       "", 0, true};
+        return ScriptedUpstream::Reply{
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n"
+            "2\r\nok\r\n0\r\nX-Trailer: 1\r\n\r\n",
+            "", 0, true};
     });
     GatewayUnderTest gw(k_two_tenants, "", 1000, up.yaml());
     auto r = gw.request(Request{"POST", "/raw/drip", {{"Authorization", "Bearer ka"}}, "{}"});
@@ -219,8 +226,9 @@ TEST(Attacks, EndlessInterimResponsesAre502) {
 // --- 4. Metric label bombs ------------------------------------------------------------------
 
 TEST(Attacks, HugeModelNamesCannotInflateMetrics) {
-    GatewayUnderTest gw("routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\ntenants:\n  - { id: acme, keys: [\"k1\"] }\n",
-                        "", 1e6);
+    GatewayUnderTest gw(
+        "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\ntenants:\n  - { id: acme, keys: [\"k1\"] }\n",
+        "", 1e6);
     for (int i = 0; i < 150; ++i) {
         std::string model = std::to_string(i) + std::string(200 * 1024, 'm');  // 150 distinct names
         auto r = gw.request(Request{"POST", "/v1/chat/completions", {k_auth}, chat_body(model, "hi", 1, false)});
@@ -228,7 +236,8 @@ TEST(Attacks, HugeModelNamesCannotInflateMetrics) {
     }
     auto metrics = gw.metrics_after(150);
     EXPECT_LT(metrics.size(), 256u * 1024) << "was 60 MB: every label carried the whole name";
-    EXPECT_NE(metrics.find("model=\"_other\""), std::string::npos) << "past 64 models a tenant's tokens share one series";
+    EXPECT_NE(metrics.find("model=\"_other\""), std::string::npos)
+        << "past 64 models a tenant's tokens share one series";
     std::size_t series = 0;
     for (auto at = metrics.find("\ntokengate_tokens_total{"); at != std::string::npos;
          at = metrics.find("\ntokengate_tokens_total{", at + 1))
@@ -250,19 +259,20 @@ routes:
   - { path_prefix: /v1/, upstreams: [scripted] }
 tenants:
   - { id: acme, keys: ["k1"] }
-)", "", 1000, up.yaml());
+)",
+                        "", 1000, up.yaml());
     auto first = gw.request(Request{"POST", "/v1/chat/completions?trace=1", {k_auth}, "{}"});
     ASSERT_EQ(first.status, 200) << first.body;
     EXPECT_EQ(first.body, "for:/v1/chat/completions?trace=1");
-    for (const std::string path : {"/v1/%63hat/completions", "/v1/./chat/completions", "/v1//chat/completions",
-                                   "/v1/chat/completions/", "/v1/chat/completions;x", "/v1/x/../chat/completions",
-                                   "/v1/%2e/chat/completions"}) {
+    for (const std::string path :
+         {"/v1/%63hat/completions", "/v1/./chat/completions", "/v1//chat/completions", "/v1/chat/completions/",
+          "/v1/chat/completions;x", "/v1/x/../chat/completions", "/v1/%2e/chat/completions"}) {
         auto r = gw.request(Request{"POST", path, {k_auth}, "{}"});
         EXPECT_EQ(r.status, 429) << path << ": the exact route's limit applies";
         EXPECT_EQ(r.header("x-ratelimit-limit"), "1") << path;
     }
-    for (const std::string path : {"/v1/chat%2Fcompletions", "/v1/chat/completions%00", "/v1/chat/completions%20",
-                                   "/v1/a%5Cb"}) {
+    for (const std::string path :
+         {"/v1/chat%2Fcompletions", "/v1/chat/completions%00", "/v1/chat/completions%20", "/v1/a%5Cb"}) {
         auto r = gw.request(Request{"POST", path, {k_auth}, "{}"});
         EXPECT_EQ(r.status, 400) << path;
         EXPECT_EQ(json::parse(r.body)["error"]["code"], "invalid_path") << path;
@@ -284,13 +294,16 @@ tenants:
   - { id: acme, keys: ["k1"] }
 ip_limits:
   - { name: per-ip, algorithm: token_bucket, capacity: 1, rate: 0.001/s }
-)", "  trusted_proxies: [127.0.0.1/32]\n");
-    auto first = gw.request(Request{"POST", "/v1/chat/completions", {k_auth, {"X-Forwarded-For", "::ffff:1.2.3.4"}},
+)",
+                        "  trusted_proxies: [127.0.0.1/32]\n");
+    auto first = gw.request(Request{"POST",
+                                    "/v1/chat/completions",
+                                    {k_auth, {"X-Forwarded-For", "::ffff:1.2.3.4"}},
                                     chat_body("m", "hi", 1, false)});
     EXPECT_EQ(first.status, 200) << first.body;
     for (const std::string spelling : {"1.2.3.4", "0:0:0:0:0:ffff:102:304", "::FFFF:1.2.3.4"}) {
-        auto r = gw.request(Request{"POST", "/v1/chat/completions", {k_auth, {"X-Forwarded-For", spelling}},
-                                    chat_body("m", "hi", 1, false)});
+        auto r = gw.request(Request{
+            "POST", "/v1/chat/completions", {k_auth, {"X-Forwarded-For", spelling}}, chat_body("m", "hi", 1, false)});
         EXPECT_EQ(r.status, 429) << spelling << ": the same client, the same bucket";
     }
 }
@@ -299,9 +312,11 @@ TEST(Attacks, AnUntrustedClientCannotClaimAnAddressUpstream) {
     ScriptedUpstream up([](const std::string& head, const std::string&) {
         return ScriptedUpstream::Reply{http_ok("for:" + target_of(head))};
     });
-    GatewayUnderTest gw("routes:\n  - { path_prefix: /raw/, upstreams: [scripted] }\ntenants:\n  - { id: acme, keys: [\"k1\"] }\n",
-                        "", 1000, up.yaml());
-    auto r = gw.request(Request{"POST", "/raw/x", {k_auth, {"X-Real-IP", "6.6.6.6"}, {"Forwarded", "for=6.6.6.6"}}, "{}"});
+    GatewayUnderTest gw(
+        "routes:\n  - { path_prefix: /raw/, upstreams: [scripted] }\ntenants:\n  - { id: acme, keys: [\"k1\"] }\n", "",
+        1000, up.yaml());
+    auto r =
+        gw.request(Request{"POST", "/raw/x", {k_auth, {"X-Real-IP", "6.6.6.6"}, {"Forwarded", "for=6.6.6.6"}}, "{}"});
     ASSERT_EQ(r.status, 200);
     auto heads = up.heads();
     ASSERT_EQ(heads.size(), 1u);
@@ -315,14 +330,17 @@ TEST(Attacks, DiagnosticsGoToStderrNotTheAccessLog) {
     auto port = free_port();
     auto admin_port = free_port();  // not the default 9090, which a running demo may hold
     auto write_config = [&](const std::string& extra) {
-        std::ofstream(dir.path() + "/gw.yaml") << "server:\n  listen: 127.0.0.1:" << port
-                                               << "\nadmin:\n  listen: 127.0.0.1:" << admin_port
-                                               << "\nupstreams:\n  - { name: u, url: http://127.0.0.1:1 }\nroutes:\n"
-                                                  "  - { path: /v1/x, upstreams: [u] }\ntenants: []\n" << extra;
+        std::ofstream(dir.path() + "/gw.yaml")
+            << "server:\n  listen: 127.0.0.1:" << port << "\nadmin:\n  listen: 127.0.0.1:" << admin_port
+            << "\nupstreams:\n  - { name: u, url: http://127.0.0.1:1 }\nroutes:\n"
+               "  - { path: /v1/x, upstreams: [u] }\ntenants: []\n"
+            << extra;
     };
     write_config("");
-    Process gw({gateway_binary(), "serve", "-c", dir.path() + "/gw.yaml"}, dir.path() + "/stdout.txt", dir.path() + "/stderr.txt");
-    ASSERT_TRUE(wait_for_output(gw, dir.path() + "/stderr.txt", "listening on")) << read_file(dir.path() + "/stderr.txt");
+    Process gw({gateway_binary(), "serve", "-c", dir.path() + "/gw.yaml"}, dir.path() + "/stdout.txt",
+               dir.path() + "/stderr.txt");
+    ASSERT_TRUE(wait_for_output(gw, dir.path() + "/stderr.txt", "listening on"))
+        << read_file(dir.path() + "/stderr.txt");
     write_config("bogus_key: 1\n");
     ::kill(gw.pid(), SIGHUP);
     ASSERT_TRUE(wait_for_output(gw, dir.path() + "/stderr.txt", "reload")) << read_file(dir.path() + "/stdout.txt");
@@ -340,10 +358,12 @@ TEST(Attacks, DiagnosticsGoToStderrNotTheAccessLog) {
 }
 
 TEST(Attacks, AdminAcceptsAnyCaseOfBearerAndAnswersAnOversizedBodyWith413) {
-    GatewayUnderTest gw("routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\ntenants:\n  - { id: acme, keys: [\"k1\"] }\n");
+    GatewayUnderTest gw(
+        "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\ntenants:\n  - { id: acme, keys: [\"k1\"] }\n");
     for (const std::string scheme : {"Bearer ", "bearer ", "BEARER "}) {
-        auto r = send_request(gw.admin_port(), Request{"GET", "/admin/tenants/acme",
-                                                       {{"Authorization", scheme + GatewayUnderTest::admin_token}}, ""});
+        auto r = send_request(
+            gw.admin_port(),
+            Request{"GET", "/admin/tenants/acme", {{"Authorization", scheme + GatewayUnderTest::admin_token}}, ""});
         EXPECT_EQ(r.status, 200) << scheme;
     }
     auto big = gw.admin(Request{"POST", "/admin/explain", {}, std::string(2 * 1024 * 1024, ' ')});

@@ -246,8 +246,10 @@ TEST(Gateway, RequestsArriveWholePipelinedChunkedSplitOrAfter100Continue) {
                            "\r\nTransfer-Encoding: chunked\r\n\r\n";
         auto half = body.size() / 2;
         std::ostringstream chunks;
-        chunks << std::hex << half << "\r\n" << body.substr(0, half) << "\r\n"
-               << (body.size() - half) << "\r\n" << body.substr(half) << "\r\n0\r\n\r\n";
+        chunks << std::hex << half << "\r\n"
+               << body.substr(0, half) << "\r\n"
+               << (body.size() - half) << "\r\n"
+               << body.substr(half) << "\r\n0\r\n\r\n";
         c.send_all(head + chunks.str());
         auto got = read_until_count(c, "\"usage\"", 1);
         EXPECT_EQ(got.rfind("HTTP/1.1 200 OK", 0), 0u) << got;
@@ -326,8 +328,9 @@ public:
                 if (n <= 0) break;
                 got.append(buf, static_cast<std::size_t>(n));
             }
-            std::string reply = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
-                                "Connection: close\r\nX-Upstream-Only: yes\r\n\r\n{}";
+            std::string reply =
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
+                "Connection: close\r\nX-Upstream-Only: yes\r\n\r\n{}";
             ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
             ::close(c);
             ::close(fd);
@@ -349,14 +352,17 @@ private:
 TEST(Gateway, RewritesHeadersForTheUpstream) {
     CapturingUpstream upstream;
     ::setenv("TOKENGATE_TEST_UPSTREAM_KEY", "upstream-secret", 1);
-    std::string cfg = "routes:\n  - { path: /v1/chat/completions, upstreams: [capture] }\n"
-                      "tenants:\n  - { id: acme, keys: [\"test-key-1\"] }\n";
+    std::string cfg =
+        "routes:\n  - { path: /v1/chat/completions, upstreams: [capture] }\n"
+        "tenants:\n  - { id: acme, keys: [\"test-key-1\"] }\n";
     GatewayUnderTest gw(cfg, "", 1000,
                         "  - name: capture\n    url: http://127.0.0.1:" + std::to_string(upstream.port()) +
                             "/base\n    api_key_env: TOKENGATE_TEST_UPSTREAM_KEY\n");
-    auto r = gw.request(chat(chat_body("m", "x", 1, false),
-                             {k_auth, {"X-Request-Id", "req-abc-123"}, {"X-Forwarded-For", "203.0.113.9"},
-                              {"Connection", "keep-alive, X-Hop"}, {"X-Hop", "secret-hop"}}));
+    auto r = gw.request(chat(chat_body("m", "x", 1, false), {k_auth,
+                                                             {"X-Request-Id", "req-abc-123"},
+                                                             {"X-Forwarded-For", "203.0.113.9"},
+                                                             {"Connection", "keep-alive, X-Hop"},
+                                                             {"X-Hop", "secret-hop"}}));
     EXPECT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(r.header("x-upstream-only"), "yes");
     EXPECT_EQ(r.header("x-request-id"), "req-abc-123");

@@ -22,7 +22,8 @@ using nlohmann::json;
 using steady = std::chrono::steady_clock;
 
 const std::string k_routes =
-    "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n  - { path: /fault/v1/chat/completions, upstreams: [fault] }\n"
+    "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n  - { path: /fault/v1/chat/completions, "
+    "upstreams: [fault] }\n"
     "tiers:\n  t:\n    limits:\n"
     "      - { name: tokens, algorithm: token_bucket, capacity: 100, rate: 0.001/s, unit: cost }\n"
     "      - { name: inflight, algorithm: concurrency, max: 1 }\n"
@@ -77,13 +78,15 @@ private:
 };
 
 Request fault_chat(bool stream = false) {
-    return Request{"POST", "/fault/v1/chat/completions", {{"Authorization", "Bearer k1"}}, chat_body("m", "hi", 500, stream)};
+    return Request{
+        "POST", "/fault/v1/chat/completions", {{"Authorization", "Bearer k1"}}, chat_body("m", "hi", 500, stream)};
 }
 
 /// After each fault: the concurrency slot is free again and the refund came back.
 void expect_settled(const GatewayUnderTest& gw, const std::string& remaining_tokens) {
     EXPECT_TRUE(gw.wait_settled(1)) << "every admitted request settled";
-    auto next = gw.request(Request{"POST", "/v1/chat/completions", {{"Authorization", "Bearer k1"}}, chat_body("m", "hi", 1, false)});
+    auto next = gw.request(
+        Request{"POST", "/v1/chat/completions", {{"Authorization", "Bearer k1"}}, chat_body("m", "hi", 1, false)});
     EXPECT_EQ(next.status, 200) << "the concurrency slot was released: " << next.body;
     EXPECT_EQ(next.header("x-ratelimit-remaining-tokens"), remaining_tokens);
 }
@@ -153,11 +156,14 @@ TEST(UpstreamFaults, ResetMidStreamEndsTheStreamAndChargesWhatWasSent) {
 }
 
 TEST(UpstreamFaults, AnExhaustedPoolIs504AndDoesNotEjectTheUpstream) {
-    GatewayUnderTest gw(k_plain_routes, "", 1000,
-                        "    max_connections: 1\n    timeouts: { first_byte: 1s }\n    eject: { consecutive_failures: 1, for: 30s }\n");
+    GatewayUnderTest gw(
+        k_plain_routes, "", 1000,
+        "    max_connections: 1\n    timeouts: { first_byte: 1s }\n    eject: { consecutive_failures: 1, for: 30s }\n");
     // Two workers share max_connections: 1 as one slot each, so hold both.
     auto slow = [&] {
-        return gw.request(Request{"POST", "/v1/chat/completions", {{"Authorization", "Bearer k1"}, {"x-mock-delay-ms", "800"}},
+        return gw.request(Request{"POST",
+                                  "/v1/chat/completions",
+                                  {{"Authorization", "Bearer k1"}, {"x-mock-delay-ms", "800"}},
                                   chat_body("m", "hi", 1, false)});
     };
     std::vector<std::future<Response>> calls;
@@ -170,7 +176,8 @@ TEST(UpstreamFaults, AnExhaustedPoolIs504AndDoesNotEjectTheUpstream) {
     }
     EXPECT_GE(ok, 1);
     EXPECT_GE(timed_out, 1) << "some waited longer than first_byte for a pooled connection";
-    auto after = gw.request(Request{"POST", "/v1/chat/completions", {{"Authorization", "Bearer k1"}}, chat_body("m", "hi", 1, false)});
+    auto after = gw.request(
+        Request{"POST", "/v1/chat/completions", {{"Authorization", "Bearer k1"}}, chat_body("m", "hi", 1, false)});
     EXPECT_EQ(after.status, 200) << "waiting for our own pool is not an upstream failure: " << after.body;
 }
 
@@ -197,8 +204,9 @@ TEST(Clients, SlowlorisBodiesAreCutAtTheIdleTimeout) {
     GatewayUnderTest gw(k_plain_routes, "  timeouts: { header: 10s, idle: 2s }\n");
     RawClient slow(gw.port());
     auto start = steady::now();
-    slow.send_all("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\n"
-                  "Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{");
+    slow.send_all(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\n"
+        "Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{");
     std::string answer;
     bool closed = false;
     for (int i = 0; i < 40 && !closed; ++i) {  // a byte every 250 ms: 10 s if never cut
@@ -232,7 +240,11 @@ TEST(Clients, ConnectionsBeyondTheLimitAreRefusedCleanly) {
     held.clear();
     bool served = false;
     for (int i = 0; i < 50 && !served; ++i) {
-        served = gw.request(Request{"POST", "/v1/chat/completions", {{"Authorization", "Bearer k1"}}, chat_body("m", "hi", 1, false)}).status == 200;
+        served =
+            gw
+                .request(Request{
+                    "POST", "/v1/chat/completions", {{"Authorization", "Bearer k1"}}, chat_body("m", "hi", 1, false)})
+                .status == 200;
         if (!served) std::this_thread::sleep_for(50ms);
     }
     EXPECT_TRUE(served) << "room again once the held connections closed";

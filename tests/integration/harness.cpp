@@ -320,7 +320,8 @@ std::string chat_body(const std::string& model, const std::string& content, int 
 }
 
 static void replace_all(std::string& s, const std::string& from, const std::string& to) {
-    for (std::size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size()) s.replace(pos, from.size(), to);
+    for (std::size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size())
+        s.replace(pos, from.size(), to);
 }
 
 GatewayUnderTest::GatewayUnderTest(const std::string& config_body, const std::string& server_extra,
@@ -336,20 +337,22 @@ GatewayUnderTest::GatewayUnderTest(const std::string& config_body, const std::st
                    "admin:\n  listen: 127.0.0.1:" + std::to_string(admin_port_) +
                    "\n  token_env: TOKENGATE_TEST_ADMIN_TOKEN\n"
                    "upstreams:\n"
-                   "  - name: mock\n    url: {UPSTREAM}\n" + upstream_extra +
-                   "  - name: dead\n    url: {DEAD}\n    timeouts: { connect: 1s }\n";
+                   "  - name: mock\n    url: {UPSTREAM}\n" +
+                   upstream_extra + "  - name: dead\n    url: {DEAD}\n    timeouts: { connect: 1s }\n";
     replace_all(config_head_, "{UPSTREAM}", "http://127.0.0.1:" + std::to_string(mock_port_));
     replace_all(config_head_, "{DEAD}", dead);
     rewrite_config(config_body);
     // Each waits for its own "listening on <port>" line, not just an open port: a port taken
     // from free_port() may meanwhile have gone to another test's process.
-    if (!wait_for_output(*mock_, dir_.path() + "/mock.log", "listening on 127.0.0.1:" + std::to_string(mock_port_) + " "))
+    if (!wait_for_output(*mock_, dir_.path() + "/mock.log",
+                         "listening on 127.0.0.1:" + std::to_string(mock_port_) + " "))
         throw std::runtime_error("mock upstream did not start: " + read_file(dir_.path() + "/mock.log"));
     std::vector<std::string> command = launcher;
     for (std::string a : {gateway_binary(), "serve", "-c"}) command.push_back(a);
     command.push_back(dir_.path() + "/gateway.yaml");
     gateway_.emplace(command, dir_.path() + "/gateway.log");
-    if (!wait_for_output(*gateway_, dir_.path() + "/gateway.log", "tokengate listening on 127.0.0.1:" + std::to_string(port_) + "\n"))
+    if (!wait_for_output(*gateway_, dir_.path() + "/gateway.log",
+                         "tokengate listening on 127.0.0.1:" + std::to_string(port_) + "\n"))
         throw std::runtime_error("gateway did not start: " + log());
 }
 
@@ -378,17 +381,16 @@ const char* k_redis_server = "/usr/bin/redis-server";
 
 bool RedisServer::available() { return ::access(k_redis_server, X_OK) == 0; }
 
-RedisServer::RedisServer(std::vector<std::string> extra) : port_(free_port()), extra_(std::move(extra)) {
-    start();
-}
+RedisServer::RedisServer(std::vector<std::string> extra) : port_(free_port()), extra_(std::move(extra)) { start(); }
 
 RedisServer::~RedisServer() {
     if (process_) resume();
 }
 
 void RedisServer::start() {
-    std::vector<std::string> args{k_redis_server, "--port", std::to_string(port_), "--bind", "127.0.0.1",
-                                  "--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", dir_.path()};
+    std::vector<std::string> args{
+        k_redis_server, "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save",   "",
+        "--appendonly", "no",     "--daemonize",         "no",     "--dir",     dir_.path()};
     args.insert(args.end(), extra_.begin(), extra_.end());
     process_.emplace(args, dir_.path() + "/redis.log");
     // Printed only once it listens (a port another process took makes it exit instead).
@@ -429,7 +431,8 @@ std::string RedisServer::commands(const std::vector<std::vector<std::string>>& l
     // Replies used here are one line each (status, integer, error): wait for all of them.
     std::string in;
     auto deadline = clock_type::now() + 5s;
-    while (static_cast<std::size_t>(std::count(in.begin(), in.end(), '\n')) < list.size() && clock_type::now() < deadline)
+    while (static_cast<std::size_t>(std::count(in.begin(), in.end(), '\n')) < list.size() &&
+           clock_type::now() < deadline)
         in += c.read_some(200ms);
     return in;
 }

@@ -18,7 +18,8 @@ using steady = std::chrono::steady_clock;
 
 std::string config_with(const std::string& tier_limits, const std::string& global_limits = "") {
     return "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
-           "tiers:\n  t:\n    limits:\n" + tier_limits +
+           "tiers:\n  t:\n    limits:\n" +
+           tier_limits +
            "tenants:\n  - { id: acme, tier: t, keys: [\"k1\"] }\n  - { id: other, tier: t, keys: [\"k2\"] }\n" +
            (global_limits.empty() ? "" : "global_limits:\n" + global_limits);
 }
@@ -29,8 +30,9 @@ Request chat_request(const std::string& key, std::vector<std::pair<std::string, 
 }
 
 TEST(Shaping, ReleasesABurstAtTheConfiguredRate) {
-    GatewayUnderTest gw(config_with("      - { name: requests, algorithm: token_bucket, capacity: 100, rate: 100/s }\n",
-                                    "  - { name: gpu, algorithm: leaky_bucket, mode: shape, capacity: 10, rate: 5/s, max_wait: 5s }\n"));
+    GatewayUnderTest gw(config_with(
+        "      - { name: requests, algorithm: token_bucket, capacity: 100, rate: 100/s }\n",
+        "  - { name: gpu, algorithm: leaky_bucket, mode: shape, capacity: 10, rate: 5/s, max_wait: 5s }\n"));
     auto start = steady::now();
     std::vector<std::future<std::pair<int, steady::duration>>> calls;
     for (int i = 0; i < 6; ++i)
@@ -56,8 +58,9 @@ TEST(Shaping, ReleasesABurstAtTheConfiguredRate) {
 }
 
 TEST(Shaping, AFullQueueRefusesWith429) {
-    GatewayUnderTest gw(config_with("      - { name: requests, algorithm: token_bucket, capacity: 100, rate: 100/s }\n",
-                                    "  - { name: gpu, algorithm: leaky_bucket, mode: shape, capacity: 2, rate: 1/s, max_wait: 10s }\n"));
+    GatewayUnderTest gw(config_with(
+        "      - { name: requests, algorithm: token_bucket, capacity: 100, rate: 100/s }\n",
+        "  - { name: gpu, algorithm: leaky_bucket, mode: shape, capacity: 2, rate: 1/s, max_wait: 10s }\n"));
     std::vector<std::future<Response>> calls;
     for (int i = 0; i < 5; ++i) {
         calls.push_back(std::async(std::launch::async, [&] { return gw.request(chat_request("k1")); }));
@@ -78,8 +81,9 @@ TEST(Shaping, AFullQueueRefusesWith429) {
 }
 
 TEST(Shaping, AClientThatLeavesTheQueueGivesItsPlaceBack) {
-    GatewayUnderTest gw(config_with("      - { name: requests, algorithm: token_bucket, capacity: 100, rate: 100/s }\n",
-                                    "  - { name: gpu, algorithm: leaky_bucket, mode: shape, capacity: 1, rate: 0.5/s, max_wait: 10s }\n"));
+    GatewayUnderTest gw(config_with(
+        "      - { name: requests, algorithm: token_bucket, capacity: 100, rate: 100/s }\n",
+        "  - { name: gpu, algorithm: leaky_bucket, mode: shape, capacity: 1, rate: 0.5/s, max_wait: 10s }\n"));
     EXPECT_EQ(gw.request(chat_request("k1")).status, 200);  // the next slot is 2 s away
     {
         RawClient leaver(gw.port());
@@ -129,8 +133,9 @@ TEST(Concurrency, LimitsInFlightAndReleasesOnEveryExit) {
 }
 
 TEST(IpLimits, ForwardedForCountsOnlyFromTrustedProxies) {
-    std::string routes = config_with("      - { name: requests, algorithm: token_bucket, capacity: 100, rate: 100/s }\n") +
-                         "ip_limits: [ { name: per-ip, algorithm: token_bucket, capacity: 1, rate: 0.01/s } ]\n";
+    std::string routes =
+        config_with("      - { name: requests, algorithm: token_bucket, capacity: 100, rate: 100/s }\n") +
+        "ip_limits: [ { name: per-ip, algorithm: token_bucket, capacity: 1, rate: 0.01/s } ]\n";
     auto from = [](const std::string& chain) { return chat_request("k1", {{"X-Forwarded-For", chain}}); };
     {
         GatewayUnderTest trusting(routes, "  trusted_proxies: [127.0.0.1/32, 10.0.0.0/8]\n");
@@ -158,22 +163,24 @@ TEST(AllOrNothing, AGlobalRefusalChargesNoTenant) {
     EXPECT_NE(json::parse(refused.body)["error"]["message"].get<std::string>().find("global limit 'gpu'"),
               std::string::npos);
     EXPECT_EQ(refused.header("x-ratelimit-limit"), "2") << "the refusing limit is the one described";
-    EXPECT_EQ(refused.header("x-ratelimit-remaining-requests"), "0")
-        << "the tightest requests limit (gpu) is empty";
+    EXPECT_EQ(refused.header("x-ratelimit-remaining-requests"), "0") << "the tightest requests limit (gpu) is empty";
     EXPECT_TRUE(gw.log_contains("\"rejected_by\":\"global:gpu\""));
 }
 
 TEST(CostLimits, LargeMaxTokensIsRefusedWhileASmallRequestPasses) {
-    GatewayUnderTest gw(config_with("      - { name: tokens, algorithm: token_bucket, capacity: 20, rate: 1/s, unit: cost }\n"));
+    GatewayUnderTest gw(
+        config_with("      - { name: tokens, algorithm: token_bucket, capacity: 20, rate: 1/s, unit: cost }\n"));
     // default cost config: output 500 tokens / 50 = 10 units, input min 1 → 11 units.
-    auto big = Request{"POST", "/v1/chat/completions", {{"Authorization", "Bearer k1"}}, chat_body("m", "hi", 5000, false)};
+    auto big =
+        Request{"POST", "/v1/chat/completions", {{"Authorization", "Bearer k1"}}, chat_body("m", "hi", 5000, false)};
     auto refused = gw.request(big);
     ASSERT_EQ(refused.status, 429);
     auto err = json::parse(refused.body)["error"];
     EXPECT_EQ(err["code"], "request_too_large_for_limit");
     EXPECT_EQ(err["type"], "tokens");
     EXPECT_TRUE(refused.header("retry-after").empty());
-    auto small = Request{"POST", "/v1/chat/completions", {{"Authorization", "Bearer k1"}}, chat_body("m", "hi", 500, false)};
+    auto small =
+        Request{"POST", "/v1/chat/completions", {{"Authorization", "Bearer k1"}}, chat_body("m", "hi", 500, false)};
     auto ok = gw.request(small);
     EXPECT_EQ(ok.status, 200) << ok.body;
     EXPECT_EQ(ok.header("x-ratelimit-limit-tokens"), "20");

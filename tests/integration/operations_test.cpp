@@ -15,20 +15,23 @@ using namespace std::chrono_literals;
 using nlohmann::json;
 
 std::string config(double capacity, bool with_second_tenant = true) {
-    std::string c = "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
-                    "tiers:\n  t:\n    limits:\n"
-                    "      - { name: requests, algorithm: token_bucket, capacity: " + std::to_string(capacity) +
-                    ", rate: 0.01/s }\n"
-                    "      - { name: tokens, algorithm: token_bucket, capacity: 1000, rate: 1/s, unit: cost }\n"
-                    "global_limits:\n"
-                    "  - { name: shadow-gpu, algorithm: token_bucket, capacity: 1, rate: 0.01/s, enforce: false }\n"
-                    "tenants:\n  - { id: acme, tier: t, keys: [\"k1\"] }\n";
+    std::string c =
+        "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
+        "tiers:\n  t:\n    limits:\n"
+        "      - { name: requests, algorithm: token_bucket, capacity: " +
+        std::to_string(capacity) +
+        ", rate: 0.01/s }\n"
+        "      - { name: tokens, algorithm: token_bucket, capacity: 1000, rate: 1/s, unit: cost }\n"
+        "global_limits:\n"
+        "  - { name: shadow-gpu, algorithm: token_bucket, capacity: 1, rate: 0.01/s, enforce: false }\n"
+        "tenants:\n  - { id: acme, tier: t, keys: [\"k1\"] }\n";
     if (with_second_tenant) c += "  - { id: beta, tier: t, keys: [\"k2\"] }\n";
     return c;
 }
 
 Request chat(const std::string& key) {
-    return Request{"POST", "/v1/chat/completions", {{"Authorization", "Bearer " + key}}, chat_body("llama3-8b", "hi", 100, false)};
+    return Request{
+        "POST", "/v1/chat/completions", {{"Authorization", "Bearer " + key}}, chat_body("llama3-8b", "hi", 100, false)};
 }
 
 TEST(Operations, MetricsCountRequestsRejectionsCostAndLatency) {
@@ -40,14 +43,21 @@ TEST(Operations, MetricsCountRequestsRejectionsCostAndLatency) {
     ASSERT_EQ(m.status, 200);
     EXPECT_NE(m.header("content-type").find("text/plain"), std::string::npos);
     auto t = gw.metrics_after(3);
-    EXPECT_NE(t.find("tokengate_requests_total{tenant=\"acme\",route=\"/v1/chat/completions\",status=\"200\"} 2"), std::string::npos) << t;
-    EXPECT_NE(t.find("tokengate_requests_total{tenant=\"acme\",route=\"/v1/chat/completions\",status=\"429\"} 1"), std::string::npos);
-    EXPECT_NE(t.find("tokengate_rejections_total{level=\"tenant\",limit=\"requests\",tenant=\"acme\"} 1"), std::string::npos);
-    EXPECT_NE(t.find("tokengate_shadow_rejections_total{level=\"global\",limit=\"shadow-gpu\",tenant=\"acme\"}"), std::string::npos)
+    EXPECT_NE(t.find("tokengate_requests_total{tenant=\"acme\",route=\"/v1/chat/completions\",status=\"200\"} 2"),
+              std::string::npos)
+        << t;
+    EXPECT_NE(t.find("tokengate_requests_total{tenant=\"acme\",route=\"/v1/chat/completions\",status=\"429\"} 1"),
+              std::string::npos);
+    EXPECT_NE(t.find("tokengate_rejections_total{level=\"tenant\",limit=\"requests\",tenant=\"acme\"} 1"),
+              std::string::npos);
+    EXPECT_NE(t.find("tokengate_shadow_rejections_total{level=\"global\",limit=\"shadow-gpu\",tenant=\"acme\"}"),
+              std::string::npos)
         << "the shadow limit would have refused the second request";
     EXPECT_NE(t.find("tokengate_cost_reserved_total{tenant=\"acme\"} 6"), std::string::npos) << "(1 + 2) x 2";
-    EXPECT_NE(t.find("tokengate_cost_settled_total{tenant=\"acme\"} 4"), std::string::npos) << "input 1 + 64 tokens = 1 unit, x 2";
-    EXPECT_NE(t.find("tokengate_tokens_total{tenant=\"acme\",model=\"llama3-8b\",kind=\"completion\"} 128"), std::string::npos);
+    EXPECT_NE(t.find("tokengate_cost_settled_total{tenant=\"acme\"} 4"), std::string::npos)
+        << "input 1 + 64 tokens = 1 unit, x 2";
+    EXPECT_NE(t.find("tokengate_tokens_total{tenant=\"acme\",model=\"llama3-8b\",kind=\"completion\"} 128"),
+              std::string::npos);
     EXPECT_NE(t.find("tokengate_upstream_ttfb_seconds_count{upstream=\"mock\"} 2"), std::string::npos);
     EXPECT_NE(t.find("tokengate_upstream_duration_seconds_bucket{upstream=\"mock\",le=\"+Inf\"} 2"), std::string::npos);
     EXPECT_NE(t.find("tokengate_limit_remaining_ratio{tenant=\"acme\",limit=\"requests\"} 0"), std::string::npos);
@@ -65,8 +75,13 @@ TEST(Operations, HealthAndReadiness) {
 TEST(Operations, AdminApiNeedsTheToken) {
     GatewayUnderTest gw(config(5));
     EXPECT_EQ(send_request(gw.admin_port(), Request{"GET", "/admin/tenants/acme", {}, ""}).status, 401);
-    EXPECT_EQ(send_request(gw.admin_port(), Request{"GET", "/admin/tenants/acme", {{"Authorization", "Bearer wrong"}}, ""}).status, 401);
-    EXPECT_EQ(send_request(gw.admin_port(), Request{"POST", "/admin/reload", {{"Authorization", "Bearer wrong"}}, ""}).status, 401);
+    EXPECT_EQ(
+        send_request(gw.admin_port(), Request{"GET", "/admin/tenants/acme", {{"Authorization", "Bearer wrong"}}, ""})
+            .status,
+        401);
+    EXPECT_EQ(
+        send_request(gw.admin_port(), Request{"POST", "/admin/reload", {{"Authorization", "Bearer wrong"}}, ""}).status,
+        401);
     EXPECT_EQ(gw.admin(Request{"GET", "/admin/tenants/nobody", {}, ""}).status, 404);
 }
 
@@ -90,7 +105,9 @@ TEST(Operations, TenantStateShowsEveryLimit) {
 
 TEST(Operations, ExplainChargesNothing) {
     GatewayUnderTest gw(config(1));
-    json in = {{"key", "k1"}, {"body", {{"model", "llama3-8b"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 100}}}};
+    json in = {
+        {"key", "k1"},
+        {"body", {{"model", "llama3-8b"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 100}}}};
     for (int i = 0; i < 3; ++i) {
         auto r = gw.admin(Request{"POST", "/admin/explain", {}, in.dump()});
         ASSERT_EQ(r.status, 200) << r.body;
@@ -133,7 +150,8 @@ TEST(Operations, ReloadKeepsBucketStateAndAppliesChanges) {
     gw.rewrite_config("routes: [ { path: /v1/chat/completions, upstreams: [nowhere] } ]\ntenants: []\n");
     auto refused = gw.admin(Request{"POST", "/admin/reload", {}, ""});
     EXPECT_EQ(refused.status, 422);
-    EXPECT_NE(json::parse(refused.body)["error"].get<std::string>().find("unknown upstream 'nowhere'"), std::string::npos);
+    EXPECT_NE(json::parse(refused.body)["error"].get<std::string>().find("unknown upstream 'nowhere'"),
+              std::string::npos);
     auto still = gw.request(chat("k1"));
     EXPECT_EQ(still.status, 429);
     EXPECT_EQ(still.header("x-ratelimit-limit-requests"), "10") << "still the last valid config";

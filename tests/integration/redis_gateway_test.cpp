@@ -3,8 +3,8 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <unistd.h>
+#include <cstdlib>
 
 #include <nlohmann/json.hpp>
 
@@ -16,19 +16,19 @@ namespace {
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
 
-
 /// Six requests a minute per tenant, shared through Redis.
 std::string shared_config(const RedisServer& redis, const std::string& on_error, const std::string& timeout = "50ms") {
     return "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
            "tiers:\n  t:\n    limits:\n"
            "      - { name: requests, algorithm: token_bucket, capacity: 6, rate: 6/min }\n"
            "tenants:\n  - { id: acme, tier: t, keys: [\"k1\"] }\n"
-           "store:\n  backend: redis\n  redis: { url: \"" + redis.url() + "\", prefix: \"tgtest:\", timeout: " + timeout +
-           ", pool: 2, on_error: " + on_error + " }\n";
+           "store:\n  backend: redis\n  redis: { url: \"" +
+           redis.url() + "\", prefix: \"tgtest:\", timeout: " + timeout + ", pool: 2, on_error: " + on_error + " }\n";
 }
 
 Response chat(const GatewayUnderTest& gw) {
-    return gw.request(Request{"POST", "/v1/chat/completions", {{"Authorization", "Bearer k1"}}, chat_body("m", "hi", 1, false)});
+    return gw.request(
+        Request{"POST", "/v1/chat/completions", {{"Authorization", "Bearer k1"}}, chat_body("m", "hi", 1, false)});
 }
 
 double metric(const GatewayUnderTest& gw, const std::string& name) {
@@ -196,7 +196,7 @@ TEST(RedisGateway, WhenRedisReturnsTheBreakerClosesAndSharingResumes) {
     GatewayUnderTest gw(shared_config(redis, "local"));
     redis.kill();
     for (int i = 0; i < 2; ++i) EXPECT_EQ(chat(gw).status, 200);  // decided locally
-    redis.start();  // back, and empty
+    redis.start();                                                // back, and empty
     ASSERT_TRUE(wait_for([&] {
         auto m = gw.admin(Request{"GET", "/metrics", {}, ""}).body;
         return metric_total(m, "tokengate_redis_breaker_open") == 0 &&

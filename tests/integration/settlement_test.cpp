@@ -23,7 +23,9 @@ const std::string k_config =
     "tenants:\n  - { id: acme, tier: t, keys: [\"k1\"] }\n";
 
 Request chat(int max_tokens, bool stream, bool include_usage = false) {
-    return Request{"POST", "/v1/chat/completions", {{"Authorization", "Bearer k1"}},
+    return Request{"POST",
+                   "/v1/chat/completions",
+                   {{"Authorization", "Bearer k1"}},
                    chat_body("m", "hi", max_tokens, stream, include_usage)};
 }
 
@@ -76,7 +78,8 @@ TEST(Settlement, AClientThatLeavesMidStreamPaysForWhatItReceived) {
 
 TEST(Settlement, UpstreamFailureBeforeOutputRefundsInFull) {
     GatewayUnderTest gw(k_config);
-    auto failed = gw.request(Request{"POST", "/v1/chat/completions",
+    auto failed = gw.request(Request{"POST",
+                                     "/v1/chat/completions",
                                      {{"Authorization", "Bearer k1"}, {"x-mock-status", "503"}},
                                      chat_body("m", "hi", 500, false)});
     EXPECT_EQ(failed.status, 503);

@@ -63,10 +63,12 @@ protected:
         for (const auto& corpus : {k_repo / "tests/corpus", k_repo / "tests/tiktoken"}) {
             auto out = dir_ / ("counts-" + corpus.filename().string() + ".json");
             auto cmd = "node '" + (k_repo / "tests/tiktoken/reference.js").string() + "' '" + pkg_ + "' '" +
-                       corpus.string() + "' '" + (dir_ / "cl100k_base.tiktoken").string() + "' > '" + out.string() + "'";
+                       corpus.string() + "' '" + (dir_ / "cl100k_base.tiktoken").string() + "' > '" + out.string() +
+                       "'";
             ASSERT_EQ(run(cmd), 0) << cmd;
             auto counts = json::parse(slurp(out));
-            for (auto& [file, count] : counts.items()) reference_[(corpus / file).string()] = count.get<std::uint64_t>();
+            for (auto& [file, count] : counts.items())
+                reference_[(corpus / file).string()] = count.get<std::uint64_t>();
         }
         tokenizer_ = cost::BpeTokenizer::load((dir_ / "cl100k_base.tiktoken").string());
     }
@@ -115,8 +117,9 @@ TEST_F(TiktokenReference, LinesOneByOne) {
             while (std::getline(in, line)) std::ofstream(lines_dir / ("line" + std::to_string(n++) + ".txt")) << line;
         }
     auto out = dir_ / "counts-lines.json";
-    ASSERT_EQ(run("node '" + (k_repo / "tests/tiktoken/reference.js").string() + "' '" + pkg + "' '" + lines_dir.string() +
-                  "' '" + (dir_ / "unused.tiktoken").string() + "' > '" + out.string() + "'"), 0);
+    ASSERT_EQ(run("node '" + (k_repo / "tests/tiktoken/reference.js").string() + "' '" + pkg + "' '" +
+                  lines_dir.string() + "' '" + (dir_ / "unused.tiktoken").string() + "' > '" + out.string() + "'"),
+              0);
     auto counts = json::parse(slurp(out));
     EXPECT_EQ(counts.size(), static_cast<std::size_t>(n));
     for (auto& [file, count] : counts.items())
@@ -131,9 +134,12 @@ namespace {
 
 TEST_F(TiktokenReference, TheGatewayPricesPromptsWithTheRankFile) {
     auto rank_file = (dir_ / "cl100k_base.tiktoken").string();
-    GatewayUnderTest gw("routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
-                        "cost:\n  estimator: { tiktoken: \"" + rank_file + "\" }\n"
-                        "tenants:\n  - { id: acme, keys: [\"k1\"] }\n");
+    GatewayUnderTest gw(
+        "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
+        "cost:\n  estimator: { tiktoken: \"" +
+        rank_file +
+        "\" }\n"
+        "tenants:\n  - { id: acme, keys: [\"k1\"] }\n");
     auto english = k_repo / "tests/corpus/english.txt";
     json body = {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", slurp(english)}}}}};
     json in = {{"key", "k1"}, {"body", body}};

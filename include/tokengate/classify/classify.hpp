@@ -5,8 +5,8 @@
 #include <string_view>
 #include <vector>
 
-#include "tokengate/config/config.hpp"
 #include "tokengate/config/charge.hpp"
+#include "tokengate/config/config.hpp"
 
 namespace tokengate::classify {
 
@@ -24,8 +24,7 @@ struct RequestFacts {
 };
 
 /// Every limit that applies to a request, at every level, as charges to decide on at once.
-std::vector<config::Charge> applicable_limits(const config::GatewayConfig& config,
-                                               const RequestFacts& facts);
+std::vector<config::Charge> applicable_limits(const config::GatewayConfig& config, const RequestFacts& facts);
 
 /// A bucket's identity in every store: "<level>:<limit name>:<subject>" (the tenant id, the
 /// client IP, the route path, or "*").

@@ -28,7 +28,6 @@ private:
 std::shared_ptr<const GatewayConfig> load_config_file(const std::string& path);
 
 /// Same, from text; `file_name` is used in error positions.
-std::shared_ptr<const GatewayConfig> load_config_text(const std::string& text,
-                                                      const std::string& file_name);
+std::shared_ptr<const GatewayConfig> load_config_text(const std::string& text, const std::string& file_name);
 
 }  // namespace tokengate::config

@@ -15,7 +15,7 @@ struct RequestSummary {
     bool stream = false;
     bool client_wants_usage = false;  // stream_options.include_usage was set by the client
     bool has_stream_options = false;
-    std::uint64_t input_tokens = 0;   // estimated
+    std::uint64_t input_tokens = 0;  // estimated
     std::uint64_t max_output_tokens = 0;
 };
 

@@ -22,7 +22,7 @@ struct LimitStatus {
     const config::LimitSpec* spec = nullptr;
     config::Level level = config::Level::tenant;
     Verdict verdict;
-    bool charged = false;  // false for a refused request and for a shadow limit that would refuse
+    bool charged = false;      // false for a refused request and for a shadow limit that would refuse
     std::uint64_t ticket = 0;  // shaping: the place in the queue to wait with (0 = start now)
     core::Nanos wait = 0;      // shaping on a shared store: start this long after the decision
 };
@@ -32,9 +32,9 @@ class BucketStore;
 /// The outcome of checking every applicable limit at once.
 struct Decision {
     bool allowed = true;
-    int rejected = -1;            // index of the enforced limit that refused (the longest wait)
-    core::Nanos retry_after = 0;  // refused: until the request could pass; -1 if it never can
-    std::vector<LimitStatus> statuses;  // parallel to the charges
+    int rejected = -1;                   // index of the enforced limit that refused (the longest wait)
+    core::Nanos retry_after = 0;         // refused: until the request could pass; -1 if it never can
+    std::vector<LimitStatus> statuses;   // parallel to the charges
     BucketStore* settle_with = nullptr;  // the store that took the charges (null: none taken)
     std::string lease;                   // identifies the request's concurrency slots in that store
     bool unavailable = false;            // the shared store failed and on_error is fail_closed

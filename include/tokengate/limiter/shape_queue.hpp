@@ -23,7 +23,7 @@ public:
     explicit ShapeQueue(const config::LimitSpec& spec);
 
     struct Admission {
-        Verdict verdict;          // remaining = free waiting places after this request
+        Verdict verdict;           // remaining = free waiting places after this request
         std::uint64_t ticket = 0;  // 0: starts at once; else wait with try_start()
         core::Nanos start_at = 0;  // scheduled start (an estimate under fair queueing)
     };

@@ -65,7 +65,7 @@ private:
     std::vector<double> buckets_;
     std::size_t max_series_;
     struct ValueLimit {
-        std::size_t parent = 0, child = 0, max = 0;  // max 0: none
+        std::size_t parent = 0, child = 0, max = 0;                      // max 0: none
         std::unordered_map<std::string, std::vector<std::string>> seen;  // parent value → child values
     } value_limit_;
     /// Lets a series be found by a key in a reused buffer, without building a std::string.
@@ -84,8 +84,7 @@ public:
     explicit Registry(std::size_t max_series_per_family = 10000) : max_series_(max_series_per_family) {}
     Family& counter(std::string name, std::string help, std::vector<std::string> labels);
     Family& gauge(std::string name, std::string help, std::vector<std::string> labels);
-    Family& histogram(std::string name, std::string help, std::vector<std::string> labels,
-                      std::vector<double> buckets);
+    Family& histogram(std::string name, std::string help, std::vector<std::string> labels, std::vector<double> buckets);
     std::string render() const;
 
 private:

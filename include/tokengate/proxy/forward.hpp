@@ -33,7 +33,7 @@ enum class ForwardOutcome {
 
 struct ForwardResult {
     ForwardOutcome outcome = ForwardOutcome::upstream_unavailable;
-    unsigned status = 0;         // the upstream's status, once a response started
+    unsigned status = 0;  // the upstream's status, once a response started
     bool response_started = false;
     std::uint64_t body_bytes = 0;
     core::Nanos first_byte_at = 0;  // clock time the upstream's response head arrived
@@ -49,9 +49,8 @@ struct ClientSide {
 /// Sends `request` upstream (retrying once on a stale pooled connection) and relays the
 /// response to the client chunk by chunk, with backpressure: a chunk is read from the upstream
 /// only after the previous one was written to the client.
-net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& health,
-                                      const UpstreamRequest& request, ClientSide client,
-                                      ExchangeWatch& watch, const ForwardHooks& hooks,
+net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& health, const UpstreamRequest& request,
+                                      ClientSide client, ExchangeWatch& watch, const ForwardHooks& hooks,
                                       const core::Clock& clock);
 
 }  // namespace tokengate::proxy

@@ -65,8 +65,8 @@ void set_deadline(Stream&, core::Nanos) {}
 /// Builds the client's head from the upstream's: status, forwardable fields, the framing the
 /// client gets (chunked when the body has no length and the client speaks HTTP/1.1), and the
 /// hook's own fields.
-std::string client_head(const http::response_parser<http::buffer_body>& parser, RelayOptions& options,
-                        bool& chunked, const ForwardHooks& hooks);
+std::string client_head(const http::response_parser<http::buffer_body>& parser, RelayOptions& options, bool& chunked,
+                        const ForwardHooks& hooks);
 
 template <class Upstream, class Client>
 net::awaitable<Relayed> relay(Upstream& upstream, beast::flat_buffer& buffer,

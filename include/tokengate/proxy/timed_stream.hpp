@@ -74,8 +74,8 @@ public:
         net::steady_timer timer;
         clock::time_point deadline = clock::time_point::max();
         clock::time_point armed_for = clock::time_point::max();  // max: no wait pending
-        std::uint64_t generation = 0;                             // names the current wait
-        net::ip::tcp::socket* socket = nullptr;                   // null once the stream is gone
+        std::uint64_t generation = 0;                            // names the current wait
+        net::ip::tcp::socket* socket = nullptr;                  // null once the stream is gone
         unsigned pending = 0;
         bool expired = false;
     };

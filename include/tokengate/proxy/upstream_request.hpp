@@ -29,8 +29,8 @@ struct ClientOrigin {
 /// key goes instead), Host, Expect, framing and the forwarding fields the gateway sets itself
 /// (X-Forwarded-*, X-Real-IP, X-Request-Id, and Forwarded unless a trusted proxy sent it);
 /// one Content-Length framing `body`.
-UpstreamRequest make_upstream_request(const boost::beast::http::request_header<>& client, const NormalizedTarget& target,
-                                      const config::UpstreamConfig& upstream, const ClientOrigin& from,
-                                      std::string body);
+UpstreamRequest make_upstream_request(const boost::beast::http::request_header<>& client,
+                                      const NormalizedTarget& target, const config::UpstreamConfig& upstream,
+                                      const ClientOrigin& from, std::string body);
 
 }  // namespace tokengate::proxy

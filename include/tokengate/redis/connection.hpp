@@ -76,8 +76,8 @@ public:
     using Callback = std::function<void(Result)>;
     /// `on_state` hears of each change: ready with the handshake's replies, or lost.
     using StateHandler = std::function<void(bool ready, const std::vector<Reply>& handshake_replies)>;
-    Connection(boost::asio::any_io_executor ex, Endpoint endpoint,
-               std::vector<std::vector<std::string>> handshake, StateHandler on_state);
+    Connection(boost::asio::any_io_executor ex, Endpoint endpoint, std::vector<std::vector<std::string>> handshake,
+               StateHandler on_state);
 
     void start();
     void stop();

@@ -4,6 +4,7 @@
 #include <boost/asio/awaitable.hpp>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -13,7 +14,6 @@
 #include "tokengate/config/config.hpp"
 #include "tokengate/core/clock.hpp"
 #include "tokengate/limiter/decision.hpp"
-#include "tokengate/metrics/registry.hpp"
 #include "tokengate/redis/breaker.hpp"
 #include "tokengate/redis/connection.hpp"
 #include "tokengate/store/memory_store.hpp"
@@ -35,6 +35,17 @@ struct StoreOptions {
     std::size_t retry_capacity = 10000;  // settlements kept per worker while Redis is away
 };
 
+/// What the store reports as it works, for the server to count (SPEC §10's tokengate_redis_*
+/// series). Any member may be empty.
+struct StoreEvents {
+    std::function<void(std::string_view result)> call;  // ok, noscript, skipped, timeout, ...
+    std::function<void(bool open)> breaker;
+    std::function<void(unsigned replicas)> replicas;
+    std::function<void(std::string_view policy)> fallback;  // a decision taken without Redis
+    std::function<void()> settlement_retried;
+    std::function<void()> settlement_dropped;
+};
+
 /// Options from the config plus TOKENGATE_REDIS_USERNAME / TOKENGATE_REDIS_PASSWORD.
 StoreOptions options_from_env(const config::RedisConfig& config);
 
@@ -46,7 +57,7 @@ StoreOptions options_from_env(const config::RedisConfig& config);
 /// cannot reach Redis wait in a bounded queue and are sent when it is back.
 class RedisStore final : public limiter::BucketStore, public store::Store {
 public:
-    RedisStore(StoreOptions options, const core::Clock& clock, metrics::Registry& registry);
+    RedisStore(StoreOptions options, const core::Clock& clock, StoreEvents events = {});
     ~RedisStore() override;
     RedisStore(const RedisStore&) = delete;
     RedisStore& operator=(const RedisStore&) = delete;
@@ -97,6 +108,9 @@ private:
     void flush_retries(Client& client);
     void note_failure(CallError error);
     void note_success();
+    void count_call(std::string_view result) {
+        if (events_.call) events_.call(result);
+    }
     boost::asio::awaitable<void> heartbeat_loop(Client& client);
     boost::asio::awaitable<void> retry_loop(Client& client);
 
@@ -115,12 +129,7 @@ private:
     std::atomic<unsigned> ready_connections_{0};
     std::atomic<std::size_t> settlements_waiting_{0};
 
-    metrics::Family& calls_;
-    metrics::Family& breaker_gauge_;
-    metrics::Family& replicas_gauge_;
-    metrics::Family& fallbacks_;
-    metrics::Family& retried_;
-    metrics::Family& dropped_;
+    StoreEvents events_;
 
     mutable std::mutex clients_mutex_;
     std::vector<std::unique_ptr<Client>> clients_;

@@ -33,8 +33,7 @@ public:
     virtual unsigned short admin_port() const = 0;
 };
 
-std::unique_ptr<Gateway> make_gateway(std::shared_ptr<const config::GatewayConfig> config,
-                                      std::string config_path, std::shared_ptr<spdlog::logger> access_log,
-                                      const core::Clock& clock);
+std::unique_ptr<Gateway> make_gateway(std::shared_ptr<const config::GatewayConfig> config, std::string config_path,
+                                      std::shared_ptr<spdlog::logger> access_log, const core::Clock& clock);
 
 }  // namespace tokengate::server

@@ -22,8 +22,7 @@ std::string error_response_text(http::status status, std::string_view type, std:
                                 std::string_view request_id, std::span<const limiter::HeaderField> extra);
 
 /// The same as a Beast message (for the admin listener).
-http::response<http::string_body> error_response(http::status status, std::string_view type,
-                                                 std::string_view code, std::string_view message,
-                                                 unsigned version, bool keep_alive);
+http::response<http::string_body> error_response(http::status status, std::string_view type, std::string_view code,
+                                                 std::string_view message, unsigned version, bool keep_alive);
 
 }  // namespace tokengate::server

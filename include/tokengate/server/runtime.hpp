@@ -14,8 +14,7 @@ namespace tokengate::server {
 /// Everything derived from one config, swapped whole on reload. A request takes one
 /// snapshot and uses it to the end, so a reload never changes a request mid-way.
 struct Runtime {
-    explicit Runtime(std::shared_ptr<const config::GatewayConfig> config,
-                     const Runtime* previous = nullptr);
+    explicit Runtime(std::shared_ptr<const config::GatewayConfig> config, const Runtime* previous = nullptr);
 
     std::shared_ptr<const config::GatewayConfig> config;
     auth::KeyTable keys;

@@ -16,7 +16,8 @@ std::variant<Admitted, Rejection> admit(const Runtime& runtime, const Incoming& 
                                         std::optional<auth::Principal>& who) {
     const auto& cfg = *runtime.config;
     if (!in.target.ok)
-        return invalid(http::status::bad_request, "invalid_path", "Refused request path: " + std::string(in.target.why) + ".");
+        return invalid(http::status::bad_request, "invalid_path",
+                       "Refused request path: " + std::string(in.target.why) + ".");
     who = runtime.keys.authenticate(in.key);
     if (!who)
         return invalid(http::status::unauthorized, "invalid_api_key",
@@ -34,7 +35,8 @@ std::variant<Admitted, Rejection> admit(const Runtime& runtime, const Incoming& 
     a.route = *route;
     a.reserved = cost::request_cost(cfg.cost, cost::cost_factor(cfg.models, a.summary.model), a.summary.input_tokens,
                                     a.summary.max_output_tokens, a.summary.stream);
-    a.charges = classify::applicable_limits(cfg, {a.principal.tenant, in.client_ip, a.route, a.summary.model, a.reserved, {}});
+    a.charges =
+        classify::applicable_limits(cfg, {a.principal.tenant, in.client_ip, a.route, a.summary.model, a.reserved, {}});
     return a;
 }
 

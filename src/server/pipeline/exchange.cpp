@@ -18,8 +18,13 @@ bool replaced_in_response(http::field, std::string_view name) {
 }
 
 Rejection no_upstream(std::vector<limiter::HeaderField> headers) {
-    return {http::status::bad_gateway, "server_error", "upstream_unavailable",
-            "Every upstream for this route is ejected after failures.", std::move(headers), {}, {}};
+    return {http::status::bad_gateway,
+            "server_error",
+            "upstream_unavailable",
+            "Every upstream for this route is ejected after failures.",
+            std::move(headers),
+            {},
+            {}};
 }
 
 /// The forward's outcome as settlement and the answer see it.
@@ -88,7 +93,8 @@ net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
     services.metrics.inflight.add({upstream.name}, -1);
     services.metrics.upstream_duration.observe({upstream.name}, static_cast<double>(clock.now() - started) / 1e9);
     if (result.first_byte_at)
-        services.metrics.upstream_ttfb.observe({upstream.name}, static_cast<double>(result.first_byte_at - started) / 1e9);
+        services.metrics.upstream_ttfb.observe({upstream.name},
+                                               static_cast<double>(result.first_byte_at - started) / 1e9);
     auto out = conclude(in, result, observed);
     out.upstream = upstream.name;
     co_return out;

@@ -20,7 +20,7 @@
 namespace tokengate::server {
 struct Worker;
 struct Runtime;
-}
+}  // namespace tokengate::server
 
 namespace tokengate::server::pipeline {
 
@@ -38,11 +38,11 @@ struct ExchangeRequest {
 };
 
 struct Exchanged {
-    unsigned status = 0;         // for the log: the upstream's status, 499 if the client left
-    bool keep_alive = false;     // the client connection can take another request
-    cost::SettledCost settled;   // what to settle the permit with
+    unsigned status = 0;        // for the log: the upstream's status, 499 if the client left
+    bool keep_alive = false;    // the client connection can take another request
+    cost::SettledCost settled;  // what to settle the permit with
     core::Nanos first_byte = -1;
-    std::string_view upstream;   // its name; empty if none was available
+    std::string_view upstream;           // its name; empty if none was available
     std::optional<Rejection> rejection;  // 502 / 504 to answer: nothing reached the client yet
 };
 

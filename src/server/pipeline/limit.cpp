@@ -11,16 +11,26 @@ namespace {
 std::vector<limiter::HeaderField> retry_in_a_second() { return {{"Retry-After", "1"}}; }
 
 Rejection store_unavailable() {
-    return {http::status::service_unavailable, "server_error", "rate_limiter_unavailable",
-            "The shared rate limiter is unavailable; retry shortly.", retry_in_a_second(), {}, {}};
+    return {http::status::service_unavailable,
+            "server_error",
+            "rate_limiter_unavailable",
+            "The shared rate limiter is unavailable; retry shortly.",
+            retry_in_a_second(),
+            {},
+            {}};
 }
 
 Rejection refused(const limiter::Decision& decision, std::span<const limiter::Charge> charges,
                   std::vector<limiter::HeaderField> headers) {
     auto why = limiter::describe_rejection(decision, charges);
     const auto& s = decision.statuses[decision.rejected];
-    return {http::status::too_many_requests, std::move(why.type), std::move(why.code), std::move(why.message),
-            std::move(headers), config::to_string(s.level), s.spec->name};
+    return {http::status::too_many_requests,
+            std::move(why.type),
+            std::move(why.code),
+            std::move(why.message),
+            std::move(headers),
+            config::to_string(s.level),
+            s.spec->name};
 }
 
 /// Shadow refusals and the remaining-ratio gauge, from every decision.

@@ -9,16 +9,31 @@ std::string render(const Rejection& r, unsigned version, bool keep_alive, std::s
 }
 
 Rejection shutting_down() {
-    return {http::status::service_unavailable, "server_error", "shutting_down",
-            "The gateway is shutting down; retry on another instance.", {}, {}, {}};
+    return {http::status::service_unavailable,
+            "server_error",
+            "shutting_down",
+            "The gateway is shutting down; retry on another instance.",
+            {},
+            {},
+            {}};
 }
 
 Rejection upstream_failed(bool timeout, std::vector<limiter::HeaderField> headers) {
     if (timeout)
-        return {http::status::gateway_timeout, "server_error", "upstream_timeout",
-                "The upstream did not answer in time.", std::move(headers), {}, {}};
-    return {http::status::bad_gateway, "server_error", "upstream_unavailable", "The upstream could not be reached.",
-            std::move(headers), {}, {}};
+        return {http::status::gateway_timeout,
+                "server_error",
+                "upstream_timeout",
+                "The upstream did not answer in time.",
+                std::move(headers),
+                {},
+                {}};
+    return {http::status::bad_gateway,
+            "server_error",
+            "upstream_unavailable",
+            "The upstream could not be reached.",
+            std::move(headers),
+            {},
+            {}};
 }
 
 }  // namespace tokengate::server::pipeline

@@ -21,7 +21,7 @@ struct Rejection {
     std::string code;
     std::string message;
     std::vector<limiter::HeaderField> headers;  // rate-limit headers, Retry-After
-    std::string_view level;  // a limit's refusal: its level and name, for metrics and the log
+    std::string_view level;                     // a limit's refusal: its level and name, for metrics and the log
     std::string_view limit;
 };
 

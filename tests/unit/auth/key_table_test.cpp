@@ -15,7 +15,8 @@ routes: [ { path: /v1/models, upstreams: [up] } ]
 tenants:
   - { id: demo, keys: ["demo-key"] }
   - { id: acme, keys: [")" + hashed + R"("] }
-)", "inline.yaml");
+)",
+                                    "inline.yaml");
 }
 
 TEST(ExtractKey, BearerThenApiKeyHeader) {

@@ -24,7 +24,8 @@ tiers:
 tenants: [ { id: t1, tier: free, keys: ["k1"] } ]
 ip_limits: [ { name: per-ip, algorithm: token_bucket, capacity: 100, rate: 100/min } ]
 global_limits: [ { name: gpu, algorithm: leaky_bucket, capacity: 500, rate: 100/s, unit: cost } ]
-)", "inline.yaml");
+)",
+                                    "inline.yaml");
 }
 
 TEST(MatchRoute, PathThenModel) {

@@ -79,7 +79,8 @@ tenants:
     limits:
       - { name: requests, algorithm: token_bucket, capacity: 50, rate: 5/s }
       - { name: inflight, algorithm: concurrency, max: 4 }
-)", "inline.yaml");
+)",
+                                "inline.yaml");
     const auto& limits = cfg->tenants[0].limits;
     ASSERT_EQ(limits.size(), 3u);
     EXPECT_EQ(limits[0].name, "requests");
@@ -98,15 +99,14 @@ TEST(ConfigLoader, EnvKeysResolve) {
 upstreams: [ { name: up, url: "http://127.0.0.1:8000" } ]
 routes: [ { path: /v1/models, upstreams: [up] } ]
 tenants: [ { id: t1, keys: ["env:TOKENGATE_TEST_KEY"] } ]
-)", "inline.yaml");
+)",
+                                "inline.yaml");
     EXPECT_TRUE(cfg->warnings.empty());
     ASSERT_EQ(cfg->tenants[0].key_digests.size(), 1u);
     EXPECT_EQ(cfg->tenants[0].key_digests[0].size(), 32u);
 }
 
-TEST(ConfigLoader, MissingFileIsAnError) {
-    EXPECT_THROW(load_config_file("/nonexistent/gateway.yaml"), ConfigError);
-}
+TEST(ConfigLoader, MissingFileIsAnError) { EXPECT_THROW(load_config_file("/nonexistent/gateway.yaml"), ConfigError); }
 
 TEST(GlobMatch, Patterns) {
     EXPECT_TRUE(glob_match("llama3-70b*", "llama3-70b-instruct"));

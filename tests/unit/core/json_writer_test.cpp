@@ -9,8 +9,12 @@ namespace {
 TEST(JsonWriter, EscapesAndStaysValidJson) {
     std::string out;
     JsonObjectWriter w(out);
-    w.string("path", "/v1/\"x\"\\\n\t\x01").string("bad", std::string_view("caf\xc3\xa9 \xff end", 11)).number("cost", 11)
-        .number("ms", 0.25).integer("tokens", 64).null("ttfb");
+    w.string("path", "/v1/\"x\"\\\n\t\x01")
+        .string("bad", std::string_view("caf\xc3\xa9 \xff end", 11))
+        .number("cost", 11)
+        .number("ms", 0.25)
+        .integer("tokens", 64)
+        .null("ttfb");
     w.close();
     auto parsed = nlohmann::json::parse(out);  // throws if it is not valid JSON
     EXPECT_EQ(parsed["path"], "/v1/\"x\"\\\n\t\x01");

@@ -42,7 +42,8 @@ TEST(ParseRequestBody, ChatRequest) {
     config::CostConfig c;
     auto p = parse_request_body(
         R"({"model":"llama3-8b","messages":[{"role":"user","content":"abcdefgh"}],"max_tokens":100,"stream":true,
-            "stream_options":{"include_usage":true}})", c);
+            "stream_options":{"include_usage":true}})",
+        c);
     ASSERT_EQ(p.error, BodyError::none);
     EXPECT_EQ(p.summary.model, "llama3-8b");
     EXPECT_TRUE(p.summary.stream);

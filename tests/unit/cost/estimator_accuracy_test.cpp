@@ -29,7 +29,8 @@ TEST(EstimatorAccuracy, HeuristicWithin25PercentOfBpe) {
         auto reference = it.value().get<double>();
         auto estimate = static_cast<double>(estimate_tokens(slurp(corpus / it.key())));
         double error = estimate / reference - 1;
-        std::printf("  %-16s bpe %5.0f  heuristic %5.0f  %+5.1f%%\n", it.key().c_str(), reference, estimate, error * 100);
+        std::printf("  %-16s bpe %5.0f  heuristic %5.0f  %+5.1f%%\n", it.key().c_str(), reference, estimate,
+                    error * 100);
         EXPECT_LE(std::abs(error), 0.25) << it.key();
     }
 }

@@ -6,9 +6,13 @@
 namespace tokengate::cost {
 namespace {
 
-const std::string k_role = R"(data: {"choices":[{"delta":{"role":"assistant","content":""},"index":0}],"usage":null})" "\n\n";
-const std::string k_token = R"(data: {"choices":[{"delta":{"content":"Hello world"},"index":0}],"usage":null})" "\n\n";
-const std::string k_usage = R"(data: {"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":34,"total_tokens":46}})" "\n\n";
+const std::string k_role = R"(data: {"choices":[{"delta":{"role":"assistant","content":""},"index":0}],"usage":null})"
+                           "\n\n";
+const std::string k_token = R"(data: {"choices":[{"delta":{"content":"Hello world"},"index":0}],"usage":null})"
+                            "\n\n";
+const std::string k_usage =
+    R"(data: {"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":34,"total_tokens":46}})"
+    "\n\n";
 const std::string k_done = "data: [DONE]\n\n";
 
 std::string feed_in_pieces(SseUsageFilter& f, const std::string& stream, std::size_t piece) {
@@ -52,10 +56,12 @@ TEST(SseUsageFilter, PassesUnchangedEventsOnWithoutACopy) {
 }
 
 TEST(SseUsageFilter, EditsOnlyTheEventsItMustInABatch) {
-    const std::string plain = R"(data: {"choices":[{"delta":{"content":"Hi"},"index":0}]})" "\n\n";
+    const std::string plain = R"(data: {"choices":[{"delta":{"content":"Hi"},"index":0}]})"
+                              "\n\n";
     SseUsageFilter f(/*hide_usage=*/true);
     auto out = std::string(f.feed(plain + k_token + plain + k_usage + plain + k_done, true));
-    auto stripped = R"(data: {"choices":[{"delta":{"content":"Hello world"},"index":0}]})" "\n\n";
+    auto stripped = R"(data: {"choices":[{"delta":{"content":"Hello world"},"index":0}]})"
+                    "\n\n";
     EXPECT_EQ(out, plain + stripped + plain + plain + k_done);
     EXPECT_EQ(f.usage().completion_tokens, 34u);
     EXPECT_EQ(f.streamed_tokens(), 3 * estimate_tokens("Hi") + estimate_tokens("Hello world"));

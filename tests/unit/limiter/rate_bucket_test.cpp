@@ -83,8 +83,7 @@ TEST(RateBucket, SettlementRefundsAndDebt) {
     auto v = b.check(1, clock.now());
     EXPECT_FALSE(v.admitted);
     EXPECT_EQ(v.retry_after, 10'100'000'000) << "from -100 to +1 token at 10/s";
-    EXPECT_EQ(b.check(100, clock.now()).retry_after, 20 * core::k_nanos_per_second)
-        << "the worst wait is 2C/R";
+    EXPECT_EQ(b.check(100, clock.now()).retry_after, 20 * core::k_nanos_per_second) << "the worst wait is 2C/R";
     clock.advance(10'099ms);
     EXPECT_FALSE(b.check(1, clock.now()).admitted);
     clock.advance(1ms);

@@ -27,8 +27,8 @@ config::LimitSpec shape(double capacity, double rate, core::Nanos max_wait = 0, 
 
 /// Moves the manual clock in 1 ms steps, letting every waiting ticket ask to start, and
 /// returns when each ticket started (ms after `origin`).
-std::map<std::uint64_t, core::Nanos> run_queue(ShapeQueue& q, core::ManualClock& clock, std::vector<std::uint64_t> tickets,
-                                               core::Nanos origin) {
+std::map<std::uint64_t, core::Nanos> run_queue(ShapeQueue& q, core::ManualClock& clock,
+                                               std::vector<std::uint64_t> tickets, core::Nanos origin) {
     std::map<std::uint64_t, core::Nanos> started;
     for (int step = 0; step < 20000 && started.size() < tickets.size(); ++step) {
         for (auto t : tickets)
@@ -155,9 +155,9 @@ TEST(ShapeQueue, CostUnitsOccupyCostOverRate) {
     core::ManualClock clock;
     ShapeQueue q(shape(10, 100, 100'000 * k_ms, false, config::Unit::cost));
     auto origin = clock.now();
-    q.admit("t", 50, clock.now());                    // starts now, occupies 500 ms
-    auto a = q.admit("t", 20, clock.now());           // starts at 500 ms, occupies 200 ms
-    auto b = q.admit("t", 1, clock.now());            // starts at 700 ms
+    q.admit("t", 50, clock.now());           // starts now, occupies 500 ms
+    auto a = q.admit("t", 20, clock.now());  // starts at 500 ms, occupies 200 ms
+    auto b = q.admit("t", 1, clock.now());   // starts at 700 ms
     EXPECT_EQ(a.start_at - origin, 500 * k_ms);
     EXPECT_EQ(b.start_at - origin, 700 * k_ms);
     EXPECT_EQ(q.check("t", 1000, clock.now()).start_at - origin, 710 * k_ms) << "b occupies 10 ms";

@@ -35,13 +35,15 @@ struct Fixture {
     }
     ConnectionPool::Acquired acquire(bool fresh = false) {
         std::optional<ConnectionPool::Acquired> out;
-        net::co_spawn(ioc, pool->acquire(fresh), [&](std::exception_ptr, ConnectionPool::Acquired a) { out = std::move(a); });
+        net::co_spawn(ioc, pool->acquire(fresh),
+                      [&](std::exception_ptr, ConnectionPool::Acquired a) { out = std::move(a); });
         run_until([&] { return out.has_value(); });
         if (out->connection && !out->connection->reused) accepted.push_back(acceptor.accept());
         return std::move(*out);
     }
     void run_until(const std::function<bool()>& done) {
-        for (auto give_up = std::chrono::steady_clock::now() + 10s; !done() && std::chrono::steady_clock::now() < give_up;) {
+        for (auto give_up = std::chrono::steady_clock::now() + 10s;
+             !done() && std::chrono::steady_clock::now() < give_up;) {
             if (ioc.stopped()) ioc.restart();
             ioc.run_one_for(50ms);
         }
@@ -104,7 +106,8 @@ TEST(ConnectionPool, AtTheLimitAnAcquirerWaitsForARelease) {
     auto first = f.acquire();
     ASSERT_TRUE(first.connection);
     std::optional<ConnectionPool::Acquired> waiting;
-    net::co_spawn(f.ioc, f.pool->acquire(false), [&](std::exception_ptr, ConnectionPool::Acquired a) { waiting = std::move(a); });
+    net::co_spawn(f.ioc, f.pool->acquire(false),
+                  [&](std::exception_ptr, ConnectionPool::Acquired a) { waiting = std::move(a); });
     for (int i = 0; i < 5; ++i) f.ioc.run_one_for(10ms);
     EXPECT_FALSE(waiting) << "no second connection past max_open";
     f.pool->release(std::move(first.connection), true);
@@ -113,7 +116,8 @@ TEST(ConnectionPool, AtTheLimitAnAcquirerWaitsForARelease) {
     EXPECT_TRUE(waiting->connection->reused);
 
     std::optional<ConnectionPool::Acquired> starved;
-    net::co_spawn(f.ioc, f.pool->acquire(false), [&](std::exception_ptr, ConnectionPool::Acquired a) { starved = std::move(a); });
+    net::co_spawn(f.ioc, f.pool->acquire(false),
+                  [&](std::exception_ptr, ConnectionPool::Acquired a) { starved = std::move(a); });
     f.run_until([&] { return starved.has_value(); });  // the 300 ms first-byte timeout
     EXPECT_TRUE(starved->pool_exhausted);
     EXPECT_FALSE(starved->connection);

@@ -23,9 +23,9 @@ namespace test = beast::test;
 struct Relay {
     net::io_context ioc;
     test::fail_count never{1'000'000};
-    test::stream upstream;       // the gateway's end of the upstream connection
-    test::stream upstream_peer;  // the upstream: the test writes its bytes here
-    test::stream client;         // the gateway's end of the client connection
+    test::stream upstream;                      // the gateway's end of the upstream connection
+    test::stream upstream_peer;                 // the upstream: the test writes its bytes here
+    test::stream client;                        // the gateway's end of the client connection
     std::unique_ptr<test::stream> client_peer;  // the client: what it received
     beast::flat_buffer buffer;
     http::response_parser<http::buffer_body> parser;
@@ -61,7 +61,8 @@ struct Relay {
     std::string received() const { return std::string(client_peer->str()); }
 };
 
-constexpr std::string_view k_json_head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n";
+constexpr std::string_view k_json_head =
+    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n";
 
 TEST(Relay, LengthFramedBodyPassesUnchangedWithTheHooksFields) {
     Relay r;

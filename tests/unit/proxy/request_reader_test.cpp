@@ -45,8 +45,9 @@ Fed feed(std::string_view bytes, std::size_t piece) {
 
 TEST(RequestReader, AChunkedRequestByteByByteWithTrailers) {
     // Beast 1.81 asserted here (a last chunk re-parsed from 4 bytes) before put_buffered waited.
-    std::string request = "POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
-                          "2\r\n{}\r\n0\r\nX-Trailer: 1\r\n\r\nGET / HTTP/1.1\r\n";
+    std::string request =
+        "POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "2\r\n{}\r\n0\r\nX-Trailer: 1\r\n\r\nGET / HTTP/1.1\r\n";
     for (std::size_t piece : {1, 2, 3, 4, 7, 1000}) {
         auto fed = feed(request, piece);
         ASSERT_EQ(fed.progress, Progress::done) << piece;
@@ -64,7 +65,8 @@ TEST(RequestReader, FramingErrorsNameTheirCause) {
         RequestError error;
     } cases[] = {
         {"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n", RequestError::bad_transfer_encoding},
-        {"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", RequestError::unsupported_transfer_coding},
+        {"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+         RequestError::unsupported_transfer_coding},
         {"GET / HTTP/1.1\r\nHost: h\r\nX: a\r\n b\r\n\r\n", RequestError::obs_fold},
         {"GET / HTTP/1.1\r\n\r\n", RequestError::bad_host},
         {"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", RequestError::bad_host},

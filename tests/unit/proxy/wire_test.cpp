@@ -10,7 +10,8 @@ TEST(Wire, StatusLineUsesTheVersionAndTheStandardReasonWhenNoneIsGiven) {
     wire::status_line(out, 11, 429);
     wire::status_line(out, 10, 200, "Fine");
     wire::status_line(out, 11, 599);
-    EXPECT_EQ(out, "HTTP/1.1 429 Too Many Requests\r\nHTTP/1.0 200 Fine\r\nHTTP/1.1 599 Network Connect Timeout Error\r\n");
+    EXPECT_EQ(out,
+              "HTTP/1.1 429 Too Many Requests\r\nHTTP/1.0 200 Fine\r\nHTTP/1.1 599 Network Connect Timeout Error\r\n");
 }
 
 TEST(Wire, ConnectionFieldOnlyWhenItDiffersFromTheVersionsDefault) {
@@ -47,7 +48,8 @@ TEST(Wire, ForwardableFieldsDropHopByHopNamedAndReplacedFields) {
     f.insert("Set-Cookie", "a=1");
     f.insert("Set-Cookie", "b=2");
     std::string out;
-    wire::forwardable_fields(out, f, [](http::field, std::string_view name) { return boost::beast::iequals(name, "x-ratelimit-limit"); });
+    wire::forwardable_fields(
+        out, f, [](http::field, std::string_view name) { return boost::beast::iequals(name, "x-ratelimit-limit"); });
     EXPECT_EQ(out, "Content-Type: application/json\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\n");
 }
 

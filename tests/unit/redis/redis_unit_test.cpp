@@ -121,7 +121,7 @@ TEST(MemoryStoreShare, StandsInWithEachLimitDividedAndFull) {
     EXPECT_TRUE(local.decide(c).allowed);
     EXPECT_TRUE(local.decide(c).allowed);
     auto third = local.decide(c);
-    EXPECT_FALSE(third.allowed);  // 6 ÷ 3 = 2
+    EXPECT_FALSE(third.allowed);                                                     // 6 ÷ 3 = 2
     EXPECT_EQ(third.statuses[0].verdict.retry_after, core::k_nanos_per_second * 3);  // rate 1/s ÷ 3
 }
 

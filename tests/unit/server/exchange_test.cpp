@@ -28,7 +28,8 @@ std::string config_for(unsigned short port) {
     return "upstreams:\n  - { name: gpu, url: \"http://127.0.0.1:" + std::to_string(port) +
            "\", timeouts: { connect: 2s, first_byte: 5s, stream_idle: 5s } }\n"
            "routes:\n  - { path: /v1/chat/completions, upstreams: [gpu] }\n"
-           "tiers:\n  t:\n    limits:\n      - { name: tokens, algorithm: token_bucket, capacity: 100, rate: 1/s, unit: cost }\n"
+           "tiers:\n  t:\n    limits:\n      - { name: tokens, algorithm: token_bucket, capacity: 100, rate: 1/s, "
+           "unit: cost }\n"
            "tenants:\n  - { id: acme, tier: t, keys: [\"k1\"] }\n"
            "cost:\n  input: { per: 100, min: 1 }\n  output: { per: 50, min: 1 }\n  default_max_tokens: 500\n";
 }
@@ -62,7 +63,8 @@ struct Exchange {
             auto head_end = net::read_until(s, net::dynamic_buffer(in), "\r\n\r\n");
             auto length_at = in.find("Content-Length: ");
             auto length = std::stoul(in.substr(length_at + 16));
-            if (in.size() < head_end + length) net::read(s, net::dynamic_buffer(in), net::transfer_exactly(head_end + length - in.size()));
+            if (in.size() < head_end + length)
+                net::read(s, net::dynamic_buffer(in), net::transfer_exactly(head_end + length - in.size()));
             upstream_saw = in;
             net::write(s, net::buffer(response));
             std::this_thread::sleep_for(200ms);  // the connection stays open a moment: keep-alive
@@ -81,8 +83,14 @@ struct Exchange {
         proxy::ExchangeWatch watch;
         std::optional<Exchanged> out;
         auto go = [&]() -> net::awaitable<void> {
-            out = co_await exchange(*worker, {rt, admitted, req, target, {"10.0.0.1", "10.0.0.1", false, "req-1"}, headers,
-                                              {*gateway_end, true, 11, false}, watch});
+            out = co_await exchange(*worker, {rt,
+                                              admitted,
+                                              req,
+                                              target,
+                                              {"10.0.0.1", "10.0.0.1", false, "req-1"},
+                                              headers,
+                                              {*gateway_end, true, 11, false},
+                                              watch});
         };
         net::co_spawn(worker->ioc, go(), [](std::exception_ptr e) {
             if (e) std::rethrow_exception(e);
@@ -108,8 +116,10 @@ struct Exchange {
 
 TEST(ExchangeStage, ForwardsRelaysAndPricesTheUpstreamsUsage) {
     Exchange x;
-    auto upstream = x.serve("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-RateLimit-Limit-Tokens: 9\r\n"
-                            "Content-Length: " + std::to_string(k_usage_body.size()) + "\r\n\r\n" + k_usage_body);
+    auto upstream = x.serve(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-RateLimit-Limit-Tokens: 9\r\n"
+        "Content-Length: " +
+        std::to_string(k_usage_body.size()) + "\r\n\r\n" + k_usage_body);
     auto done = x.run();
     upstream.join();
     EXPECT_EQ(done.status, 200u);

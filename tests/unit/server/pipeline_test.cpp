@@ -2,9 +2,9 @@
 // limit (decide, permit, queue turn), record. The exchange stage runs over real loopback
 // sockets in exchange_test.cpp.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -66,9 +66,10 @@ struct Stages {
     net::io_context ioc;
 
     explicit Stages(const char* config = k_config)
-        : services(std::make_shared<const Runtime>(config::load_config_text(config, "test.yaml")),
-                   std::make_shared<spdlog::logger>("access", std::make_shared<spdlog::sinks::ostream_sink_mt>(log_text)),
-                   clock) {
+        : services(
+              std::make_shared<const Runtime>(config::load_config_text(config, "test.yaml")),
+              std::make_shared<spdlog::logger>("access", std::make_shared<spdlog::sinks::ostream_sink_mt>(log_text)),
+              clock) {
         services.access_log->set_pattern("%v");
     }
     const Runtime& runtime() { return *services.runtime.get(); }
@@ -156,7 +157,8 @@ TEST(LimitStage, AdmitsThenRefusesWithHeadersThenAdmitsOnceTimeHasPassed) {
     EXPECT_EQ(no.code, "rate_limit_exceeded");
     EXPECT_EQ(no.level, "tenant");
     EXPECT_EQ(no.limit, "requests");
-    auto retry = std::find_if(no.headers.begin(), no.headers.end(), [](const auto& h) { return h.name == "Retry-After"; });
+    auto retry =
+        std::find_if(no.headers.begin(), no.headers.end(), [](const auto& h) { return h.name == "Retry-After"; });
     ASSERT_NE(retry, no.headers.end());
     EXPECT_EQ(retry->value, "1");
     s.clock.advance(1s);
@@ -170,7 +172,7 @@ TEST(LimitStage, APermitSettlesOnceAndARefundComesBack) {
         auto limited = s.limit(a);
         auto& permit = std::get<Permit>(limited);
         EXPECT_FALSE(permit.settled());
-        permit.settle(0);  // nothing generated: the whole reservation back
+        permit.settle(0);   // nothing generated: the whole reservation back
         permit.settle(50);  // a second settlement changes nothing
         EXPECT_TRUE(permit.settled());
     }
@@ -232,7 +234,8 @@ TEST(LimitStage, AQueuedRequestStartsWhenTheClockReachesItsTurn) {
     EXPECT_TRUE(s.run(starts_now.wait_turn(s.clock, a.charges, watch)));
 
     std::optional<bool> started;
-    net::co_spawn(s.ioc, waits.wait_turn(s.clock, a.charges, watch), [&](std::exception_ptr, bool ok) { started = ok; });
+    net::co_spawn(s.ioc, waits.wait_turn(s.clock, a.charges, watch),
+                  [&](std::exception_ptr, bool ok) { started = ok; });
     s.ioc.restart();
     for (int i = 0; i < 50; ++i) s.ioc.poll_one();
     EXPECT_FALSE(started) << "its slot is a second away on the clock";
@@ -253,7 +256,8 @@ TEST(LimitStage, AClientThatLeavesTheQueueGetsEverythingBack) {
     store::TurnWatch watch{gone, on_gone, nullptr};
     auto& waits = std::get<Permit>(second);
     std::optional<bool> started;
-    net::co_spawn(s.ioc, waits.wait_turn(s.clock, a.charges, watch), [&](std::exception_ptr, bool ok) { started = ok; });
+    net::co_spawn(s.ioc, waits.wait_turn(s.clock, a.charges, watch),
+                  [&](std::exception_ptr, bool ok) { started = ok; });
     s.ioc.restart();
     for (int i = 0; i < 10; ++i) s.ioc.poll_one();
     ASSERT_FALSE(started);

@@ -141,7 +141,8 @@ TEST(MemoryStore, MintedKeysCannotGrowTheTableWithoutBound) {
     MemoryStore store(clock, /*max_buckets=*/640);
     auto per_ip = spec("per-ip", 10, 0.001);
     for (int i = 0; i < 10000; ++i) {
-        std::vector<Charge> c = {charge(per_ip, Level::ip, "10.0." + std::to_string(i / 256) + "." + std::to_string(i % 256))};
+        std::vector<Charge> c = {
+            charge(per_ip, Level::ip, "10.0." + std::to_string(i / 256) + "." + std::to_string(i % 256))};
         ASSERT_TRUE(store.decide(c).allowed);
     }
     EXPECT_LE(store.size(), 640u);
