@@ -12,6 +12,14 @@ run_suite() {
     (cd "build/$flavor" && ctest --output-on-failure -j 2 --timeout 300)
 }
 
+# Formatting, first: a line clang-format would change fails the run before anything builds.
+check_format() {
+    echo "=== format"
+    scripts/setup.sh none clang-format-14
+    find src include tests bench -name '*.cpp' -o -name '*.hpp' | sort | xargs clang-format-14 --dry-run -Werror
+    echo "formatted as .clang-format says"
+}
+
 # libFuzzer (clang) on the parsers that take untrusted input, FUZZ_SECONDS each (default 60).
 run_fuzz() {
     echo "=== fuzz build"
@@ -38,6 +46,7 @@ run_fuzz() {
 export TOKENGATE_REQUIRE_REDIS=1
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+check_format
 run_suite release
 run_fuzz
 run_suite tsan
