@@ -2,7 +2,8 @@
 #   source bench/lib.sh <work-dir-name> [extra apt packages...]
 secs=${secs:-8}
 scripts/setup.sh release nginx-light wrk "${@:2}" > /dev/null
-bin=$PWD/build/release/tokengate
+# TOKENGATE_BENCH_BIN: another build to measure (an older commit, for a before/after).
+bin=${TOKENGATE_BENCH_BIN:-$PWD/build/release/tokengate}
 work=$(mktemp -d "/tmp/$1-XXXXXX")
 pids=()
 # A full run's logs reach gigabytes (access logs, nginx's line per rejection): the work dir

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # tokengate vs nginx, in one run, on this machine. Prints one table with ratios to nginx.
 #   bench/run-gateway-bench.sh [seconds per run, default 8]
+#   BENCH_SCENARIOS="json 429 sse" and BENCH_WORKERS="1 2" (the defaults) pick the rows;
+#   TOKENGATE_BENCH_BIN=<binary> measures another build (a before/after, run alternately).
 # Upstreams: nginx serving a fixed chat completion (JSON) and tokengate's mock (SSE).
 # Contenders, each with the same number of workers (1, then 2):
 #   nginx     reverse proxy, limit_req keyed by the API key, high rate (never rejects), burst, nodelay
@@ -113,8 +115,8 @@ measure() {  # port conns stream pids... -> req/s p50 p99 non-2xx user-us/req sy
 
 row='%-15s %3s %5s %10s %9s %9s %8s %9s %9s %8s %8s\n'
 printf "$row" config workers conns "req/s" "p50 ms" "p99 ms" non-2xx "x nginx" "p99 x" "user us" "sys us"
-for workers in 1 2; do
-  for scenario in json 429 sse; do
+for workers in ${BENCH_WORKERS:-1 2}; do
+  for scenario in ${BENCH_SCENARIOS:-json 429 sse}; do
     target=$static_port; stream=0; ng_rate="1000000r/s"; tg_cap=1000000
     [ "$scenario" = sse ] && { target=$mock_port; stream=1; }
     [ "$scenario" = 429 ] && { ng_rate="1r/s"; tg_cap=2; }
@@ -138,5 +140,8 @@ for workers in 1 2; do
     kill "$ng_pid" "$tg_pid" 2>/dev/null || true; sleep 0.3
   done
 done
-for workers in 1 2; do echo; echo "SSE time to first byte, $workers worker(s):"; cat "$work/ttfb-$workers.txt"; done
+for workers in ${BENCH_WORKERS:-1 2}; do
+  [ -f "$work/ttfb-$workers.txt" ] || continue
+  echo; echo "SSE time to first byte, $workers worker(s):"; cat "$work/ttfb-$workers.txt"
+done
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB; $(date -u +%Y-%m-%d); wrk -t2, ${secs}s per run; logs in $work with BENCH_KEEP=1"

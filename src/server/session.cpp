@@ -198,7 +198,8 @@ private:
         rec.cost_reserved = admitted.reserved;
 
         start_watching();
-        if (!co_await permit.wait_turn(services_.clock, admitted.charges, turn_watch())) {
+        if (permit.decision().must_wait() &&
+            !co_await permit.wait_turn(services_.clock, admitted.charges, turn_watch())) {
             co_await stop_watching();
             rec.status = 499;
             pipeline::record(rec, worker_);
@@ -206,15 +207,9 @@ private:
         }
         proxy::ClientOrigin origin{peer_, rec.client_ip, proxy::is_trusted_proxy(cfg.server.trusted_proxies, peer_),
                                    rec.request_id};
-        auto done = co_await pipeline::exchange(
-            worker_, {*rt,
-                      admitted,
-                      req,
-                      target,
-                      origin,
-                      permit.headers(),
-                      {stream_, reply.keep_alive, reply.version, req.method() == http::verb::head},
-                      watch_});
+        proxy::ClientSide client{stream_, reply.keep_alive, reply.version, req.method() == http::verb::head};
+        auto done = co_await pipeline::exchange(worker_,
+                                                {*rt, admitted, req, target, origin, permit.headers(), client, watch_});
         co_await stop_watching();
 
         permit.settle(done.settled.cost);
