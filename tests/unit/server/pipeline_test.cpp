@@ -11,6 +11,7 @@
 
 #include <sstream>
 
+#include "config_text.hpp"
 #include "server/pipeline/admit.hpp"
 #include "server/pipeline/limit.hpp"
 #include "server/pipeline/record.hpp"
@@ -23,38 +24,14 @@ namespace {
 using namespace std::chrono_literals;
 using nlohmann::json;
 
-constexpr const char* k_config = R"(
-upstreams:
-  - { name: gpu, url: "http://127.0.0.1:9" }
-routes:
-  - { path: /v1/chat/completions, upstreams: [gpu] }
-tiers:
-  t:
-    limits:
-      - { name: requests, algorithm: token_bucket, capacity: 2, rate: 1/s }
-      - { name: tokens, algorithm: token_bucket, capacity: 100, rate: 10/s, unit: cost }
-tenants:
-  - { id: acme, tier: t, keys: ["k1"] }
-cost:
-  input: { per: 100, min: 1 }
-  output: { per: 50, min: 1 }
-  default_max_tokens: 100
-)";
+const std::string k_config = testing::config_text(
+    "      - { name: requests, algorithm: token_bucket, capacity: 2, rate: 1/s }\n"
+    "      - { name: tokens, algorithm: token_bucket, capacity: 100, rate: 10/s, unit: cost }\n",
+    "cost:\n  input: { per: 100, min: 1 }\n  output: { per: 50, min: 1 }\n  default_max_tokens: 100\n");
 
-constexpr const char* k_shaped = R"(
-upstreams:
-  - { name: gpu, url: "http://127.0.0.1:9" }
-routes:
-  - { path: /v1/chat/completions, upstreams: [gpu] }
-tiers:
-  t:
-    limits:
-      - { name: requests, algorithm: token_bucket, capacity: 100, rate: 100/s }
-tenants:
-  - { id: acme, tier: t, keys: ["k1"] }
-global_limits:
-  - { name: gpu, algorithm: leaky_bucket, mode: shape, capacity: 2, rate: 1/s, max_wait: 10s }
-)";
+const std::string k_shaped = testing::config_text(
+    "      - { name: requests, algorithm: token_bucket, capacity: 100, rate: 100/s }\n",
+    "global_limits:\n  - { name: gpu, algorithm: leaky_bucket, mode: shape, capacity: 2, rate: 1/s, max_wait: 10s }\n");
 
 const std::string k_body = R"({"model":"m","messages":[{"role":"user","content":"hi"}]})";
 
@@ -65,7 +42,7 @@ struct Stages {
     store::LocalStore store{clock};
     net::io_context ioc;
 
-    explicit Stages(const char* config = k_config)
+    explicit Stages(const std::string& config = k_config)
         : services(
               std::make_shared<const Runtime>(config::load_config_text(config, "test.yaml")),
               std::make_shared<spdlog::logger>("access", std::make_shared<spdlog::sinks::ostream_sink_mt>(log_text)),

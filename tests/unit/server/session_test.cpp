@@ -6,6 +6,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/write.hpp>
 
+#include "config_text.hpp"
 #include "server/services.hpp"
 #include "tokengate/config/loader.hpp"
 
@@ -15,18 +16,8 @@ namespace {
 using namespace std::chrono_literals;
 using tcp = net::ip::tcp;
 
-constexpr const char* k_config = R"(
-upstreams:
-  - { name: gpu, url: "http://127.0.0.1:9" }
-routes:
-  - { path: /v1/chat/completions, upstreams: [gpu] }
-tiers:
-  t:
-    limits:
-      - { name: requests, algorithm: token_bucket, capacity: 1, rate: 0.001/s }
-tenants:
-  - { id: acme, tier: t, keys: ["k1"] }
-)";
+const std::string k_config =
+    testing::config_text("      - { name: requests, algorithm: token_bucket, capacity: 1, rate: 0.001/s }\n");
 
 struct Connection {
     core::ManualClock clock;
@@ -92,7 +83,8 @@ TEST(Session, PipelinedRequestsAreAnsweredInOrderAndTheSecondIsRateLimited) {
 
 TEST(Session, BrokenFramingIs400AndTheConnectionCloses) {
     Connection c;
-    auto got = c.exchange("POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n");
+    auto got =
+        c.exchange("POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n");
     EXPECT_EQ(got.substr(0, got.find("\r\n")), "HTTP/1.1 400 Bad Request");
     EXPECT_NE(got.find("Connection: close"), std::string::npos);
 }
