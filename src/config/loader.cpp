@@ -340,10 +340,12 @@ struct Loader {
         bool has_default = false;
         min_cost_factor = std::numeric_limits<double>::max();
         for (const auto& kv : n) {
-            r.expect_map(kv.second, "model", {"cost_factor"});
+            r.expect_map(kv.second, "model", {"cost_factor", "max_output_tokens"});
             ModelCost m;
             m.pattern = r.string_of(kv.first, "model name");
             if (kv.second["cost_factor"]) m.cost_factor = r.positive(kv.second["cost_factor"], "cost_factor");
+            if (kv.second["max_output_tokens"])
+                m.max_output_tokens = r.whole(kv.second["max_output_tokens"], "max_output_tokens", 1);
             has_default |= m.pattern == "*";
             min_cost_factor = std::min(min_cost_factor, m.cost_factor);
             config.models.push_back(m);

@@ -25,7 +25,7 @@ SettledCost settled_cost(const config::CostConfig& config, double cost_factor, c
     if (end.upstream_failed) return out;  // nothing was generated: refund every cost unit
     auto usage = observed.usage(end.completed);
     if (usage.known) {
-        out.prompt_tokens = usage.prompt_tokens;
+        out.prompt_tokens = usage.prompt_known ? usage.prompt_tokens : request.input_tokens;
         out.completion_tokens = usage.completion_tokens;
     } else if (observed.is_stream() || !end.completed) {
         // No usage (an older TGI, or a stream cut short): the input and what was sent.

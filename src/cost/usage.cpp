@@ -15,17 +15,80 @@ simdjson::dom::parser& thread_parser() {
     return parser;
 }
 
-bool read_usage(simdjson::dom::object doc, Usage& out) {
+std::uint64_t count_of(simdjson::dom::object o, const char* key) {
+    std::uint64_t v = 0;
+    return o[key].get_uint64().get(v) == simdjson::SUCCESS ? v : 0;
+}
+
+/// OpenAI's and the Responses API's `usage` object.
+bool read_usage_object(simdjson::dom::object doc, Usage& out) {
     simdjson::dom::object usage;
     if (doc["usage"].get_object().get(usage) != simdjson::SUCCESS) return false;
-    auto count = [&](const char* key) -> std::uint64_t {
-        std::uint64_t v = 0;
-        return usage[key].get_uint64().get(v) == simdjson::SUCCESS ? v : 0;
-    };
     out.known = true;
-    out.prompt_tokens = count("prompt_tokens");
-    out.completion_tokens = count("completion_tokens");
+    out.prompt_known = true;
+    simdjson::dom::element ignored;
+    bool responses_api = usage["input_tokens"].get(ignored) == simdjson::SUCCESS;
+    out.prompt_tokens = count_of(usage, responses_api ? "input_tokens" : "prompt_tokens");
+    out.completion_tokens = count_of(usage, responses_api ? "output_tokens" : "completion_tokens");
     return true;
+}
+
+/// TGI native: `details.generated_tokens` (a JSON body, or the last event of a stream).
+bool read_tgi_details(simdjson::dom::object doc, Usage& out) {
+    simdjson::dom::object details;
+    std::uint64_t generated = 0;
+    if (doc["details"].get_object().get(details) != simdjson::SUCCESS ||
+        details["generated_tokens"].get_uint64().get(generated) != simdjson::SUCCESS)
+        return false;
+    out.known = true;
+    out.prompt_known = false;
+    out.prompt_tokens = 0;
+    out.completion_tokens = generated;
+    return true;
+}
+
+/// Usage in a JSON body or one event: top level, inside a Responses `response` object
+/// (`response.completed`), or TGI's details.
+bool read_usage(simdjson::dom::object doc, Usage& out) {
+    if (read_usage_object(doc, out)) return true;
+    simdjson::dom::object response;
+    if (doc["response"].get_object().get(response) == simdjson::SUCCESS && read_usage_object(response, out))
+        return true;
+    return read_tgi_details(doc, out);
+}
+
+/// The text one streamed event carries: chat deltas, completions text, Responses
+/// `response.output_text.delta`, TGI's token.
+std::uint64_t streamed_text_tokens(simdjson::dom::object doc) {
+    std::uint64_t n = 0;
+    std::string_view text;
+    simdjson::dom::array choices;
+    if (doc["choices"].get_array().get(choices) == simdjson::SUCCESS) {
+        for (simdjson::dom::element c : choices) {
+            simdjson::dom::object choice;
+            if (c.get_object().get(choice) != simdjson::SUCCESS) continue;
+            simdjson::dom::object delta;
+            if (choice["delta"].get_object().get(delta) == simdjson::SUCCESS) {
+                if (delta["content"].get_string().get(text) == simdjson::SUCCESS) n += estimate_tokens(text);
+            } else if (choice["text"].get_string().get(text) == simdjson::SUCCESS) {
+                n += estimate_tokens(text);
+            }
+        }
+        return n;
+    }
+    std::string_view type;
+    if (doc["type"].get_string().get(type) == simdjson::SUCCESS) {
+        if (type == "response.output_text.delta" && doc["delta"].get_string().get(text) == simdjson::SUCCESS)
+            n += estimate_tokens(text);
+        return n;
+    }
+    simdjson::dom::object token;
+    bool special = false;
+    if (doc["token"].get_object().get(token) == simdjson::SUCCESS &&
+        !(token["special"].get_bool().get(special) == simdjson::SUCCESS && special) &&
+        token["text"].get_string().get(text) == simdjson::SUCCESS)
+        n += 1;  // TGI streams one token an event
+    return n;
 }
 
 /// Finds the end of the first complete event ("\n\n" or "\r\n\r\n"); npos if none yet. One
@@ -55,8 +118,21 @@ void JsonUsageReader::feed(std::string_view data) {
 Usage JsonUsageReader::finish() const {
     Usage u;
     if (overflowed_) return u;
+    simdjson::dom::element root;
+    if (thread_parser().parse(body_).get(root) != simdjson::SUCCESS) return u;
+    // TGI's root route answers an array of one generation.
+    simdjson::dom::array many;
+    if (root.get_array().get(many) == simdjson::SUCCESS && many.size() > 0) root = many.at(0).value_unsafe();
     simdjson::dom::object doc;
-    if (thread_parser().parse(body_).get_object().get(doc) == simdjson::SUCCESS) read_usage(doc, u);
+    if (root.get_object().get(doc) != simdjson::SUCCESS) return u;
+    if (read_usage(doc, u)) return u;
+    // TGI without details: the generated text is what was generated.
+    std::string_view text;
+    if (doc["generated_text"].get_string().get(text) == simdjson::SUCCESS) {
+        u.known = true;
+        u.prompt_known = false;
+        u.completion_tokens = estimate_tokens(text);
+    }
     return u;
 }
 
@@ -122,22 +198,11 @@ SseUsageFilter::Verdict SseUsageFilter::inspect(std::string_view event) {
                 Usage u;
                 bool has_usage = read_usage(doc, u);
                 if (has_usage) usage_ = u;
+                streamed_tokens_ += streamed_text_tokens(doc);
                 simdjson::dom::array choices;
-                if (doc["choices"].get_array().get(choices) == simdjson::SUCCESS) {
-                    for (simdjson::dom::element c : choices) {
-                        simdjson::dom::object choice;
-                        if (c.get_object().get(choice) != simdjson::SUCCESS) continue;
-                        simdjson::dom::object delta;
-                        std::string_view text;
-                        if (choice["delta"].get_object().get(delta) == simdjson::SUCCESS) {
-                            if (delta["content"].get_string().get(text) == simdjson::SUCCESS)
-                                streamed_tokens_ += estimate_tokens(text);
-                        } else if (choice["text"].get_string().get(text) == simdjson::SUCCESS) {
-                            streamed_tokens_ += estimate_tokens(text);
-                        }
-                    }
-                    if (hide_usage_ && has_usage && choices.size() == 0) return Verdict::drop;
-                }
+                if (hide_usage_ && has_usage && doc["choices"].get_array().get(choices) == simdjson::SUCCESS &&
+                    choices.size() == 0)
+                    return Verdict::drop;
             }
         }
         line_start = line_end + 1;

@@ -1,17 +1,28 @@
-// The request-body cost scanner: any bytes a client sends are either priced or refused.
+// The request-body cost scanner: any bytes a client sends to any endpoint of SPEC §11's
+// table are either priced or refused. The first byte picks the path.
+#include <array>
 #include <cstdint>
 #include <string_view>
 
 #include "tokengate/cost/cost.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-    std::string_view body(reinterpret_cast<const char*>(data), size);
+    static constexpr std::array<std::string_view, 9> k_paths = {
+        "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/rerank", "/v1/responses", "/generate",
+        "/generate_stream",     "/pooling",        "/somewhere/else"};
+    if (size == 0) return 0;
+    auto path = k_paths[data[0] % k_paths.size()];
+    std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
     tokengate::config::CostConfig cost;
-    auto parsed = tokengate::cost::parse_request_body(body, cost);
+    auto parsed = tokengate::cost::parse_request_body(body, cost, nullptr, path);
     if (parsed.error == tokengate::cost::BodyError::none) {
         auto s = parsed.summary;
+        tokengate::config::ModelCost model{"*", 2.0, 4096};
+        tokengate::cost::apply_model_default(s, &model);
+        // The product is saturated, never wrapped: sequences × per sequence, or the maximum.
+        if (s.sequences && s.max_output_tokens < s.output_per_sequence) __builtin_trap();
         (void)tokengate::cost::request_cost(cost, 3.5, s.input_tokens, s.max_output_tokens, s.stream);
-        if (s.stream) (void)tokengate::cost::with_stream_usage(body, s.has_stream_options);
+        if (s.stream && s.injects_stream_usage()) (void)tokengate::cost::with_stream_usage(body, s.has_stream_options);
     }
     (void)tokengate::cost::estimate_tokens(body);
     return 0;

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -91,6 +92,7 @@ struct RouteConfig {
 struct ModelCost {
     std::string pattern;
     double cost_factor = 1.0;
+    std::optional<std::uint64_t> max_output_tokens;  // the output a request naming none reserves
 };
 
 struct CostConfig {

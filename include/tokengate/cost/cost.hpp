@@ -9,15 +9,36 @@
 
 namespace tokengate::cost {
 
-/// What the gateway needs to know about an OpenAI-style request body.
+/// SPEC §11: what kind of request a body is. The path's last segment decides; on any other
+/// path, `messages` is chat, `prompt` completions, `inputs` TGI native.
+enum class Endpoint { unknown, chat, completions, embeddings, rerank, responses, tgi };
+const char* to_string(Endpoint endpoint);
+/// The endpoint a path names by its last segment ("/x/v1/chat/completions", "/generate"), or
+/// unknown.
+Endpoint endpoint_for_path(std::string_view path);
+
+/// What the gateway needs to know about a request body to price it.
 struct RequestSummary {
+    Endpoint endpoint = Endpoint::unknown;
     std::string model;
     bool stream = false;
     bool client_wants_usage = false;  // stream_options.include_usage was set by the client
     bool has_stream_options = false;
     std::uint64_t input_tokens = 0;  // estimated
-    std::uint64_t max_output_tokens = 0;
+    /// The output limit the request names (max_completion_tokens, max_tokens,
+    /// max_output_tokens, parameters.max_new_tokens), else the default.
+    std::uint64_t output_per_sequence = 0;
+    bool output_named = false;            // the body named its limit: no model default replaces it
+    std::uint64_t sequences = 1;          // n, prompts × max(n, best_of), TGI's best_of; 0: no output
+    std::uint64_t max_output_tokens = 0;  // sequences × output_per_sequence, saturated
+
+    /// Whether the gateway asks a stream for its usage (chat and completions only: the
+    /// Responses API and TGI report it in their final events unasked).
+    bool injects_stream_usage() const { return endpoint == Endpoint::chat || endpoint == Endpoint::completions; }
 };
+
+/// The most sequences one request may ask for (`n`, `best_of`): OpenAI's bound for `n`.
+inline constexpr std::uint64_t k_max_sequences = 128;
 
 enum class BodyError { none, invalid_json, invalid_body };
 
@@ -29,10 +50,11 @@ struct ParsedBody {
 
 class BpeTokenizer;
 
-/// Validates and summarises a JSON request body. An empty body is a valid empty request.
-/// Input tokens come from `tokenizer` when given, else from the heuristic.
+/// Validates and summarises a JSON request body sent to `path` (SPEC §11's table). An empty
+/// body is a valid empty request. Input tokens come from `tokenizer` when given, else from
+/// the heuristic. Output without a named limit is `cost.default_max_tokens` per sequence.
 ParsedBody parse_request_body(std::string_view body, const config::CostConfig& cost,
-                              const BpeTokenizer* tokenizer = nullptr);
+                              const BpeTokenizer* tokenizer = nullptr, std::string_view path = {});
 
 /// The body with `stream_options.include_usage: true` added, so a stream ends with its usage.
 std::string with_stream_usage(std::string_view body, bool has_stream_options);
@@ -47,7 +69,14 @@ inline constexpr double k_max_cost = 1e18;
 double request_cost(const config::CostConfig& cost, double cost_factor, std::uint64_t input_tokens,
                     std::uint64_t output_tokens, bool stream);
 
+/// The model's settings: the first matching pattern, else the "*" entry; null if neither.
+const config::ModelCost* find_model(const std::vector<config::ModelCost>& models, std::string_view model);
+
 /// The model's cost_factor: the first matching pattern, else the "*" entry, else 1.0.
 double cost_factor(const std::vector<config::ModelCost>& models, std::string_view model);
+
+/// A request that names no output limit reserves the model's own default
+/// (models.<m>.max_output_tokens) per sequence, when it has one.
+void apply_model_default(RequestSummary& summary, const config::ModelCost* model);
 
 }  // namespace tokengate::cost

@@ -6,9 +6,12 @@
 
 namespace tokengate::cost {
 
-/// Token counts an upstream reported in `usage`.
+/// Token counts an upstream reported: OpenAI's `usage` (prompt/completion tokens), the
+/// Responses API's (input/output tokens), or TGI's `details.generated_tokens`, which carries
+/// no prompt count.
 struct Usage {
     bool known = false;
+    bool prompt_known = true;  // false: TGI's counts; the prompt is the gateway's estimate
     std::uint64_t prompt_tokens = 0;
     std::uint64_t completion_tokens = 0;
 };

@@ -25,15 +25,17 @@ std::variant<Admitted, Rejection> admit(const Runtime& runtime, const Incoming& 
                                       : "Incorrect API key provided.");
     Admitted a;
     a.principal = *who;
-    auto parsed = cost::parse_request_body(in.body, cfg.cost, runtime.tokenizer.get());
+    auto parsed = cost::parse_request_body(in.body, cfg.cost, runtime.tokenizer.get(), in.target.path);
     if (parsed.error != cost::BodyError::none)
         return invalid(http::status::bad_request,
                        parsed.error == cost::BodyError::invalid_json ? "invalid_json" : "invalid_body", parsed.message);
     a.summary = std::move(parsed.summary);
+    const auto* model = cost::find_model(cfg.models, a.summary.model);
+    cost::apply_model_default(a.summary, model);
     auto route = classify::match_route(cfg, in.target.path, a.summary.model);
     if (!route) return invalid(http::status::not_found, "not_found", "No route for " + in.target.path + ".");
     a.route = *route;
-    a.reserved = cost::request_cost(cfg.cost, cost::cost_factor(cfg.models, a.summary.model), a.summary.input_tokens,
+    a.reserved = cost::request_cost(cfg.cost, model ? model->cost_factor : 1.0, a.summary.input_tokens,
                                     a.summary.max_output_tokens, a.summary.stream);
     a.charges =
         classify::applicable_limits(cfg, {a.principal.tenant, in.client_ip, a.route, a.summary.model, a.reserved, {}});

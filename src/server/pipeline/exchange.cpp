@@ -71,7 +71,7 @@ net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
     const auto& upstream = cfg.upstreams[*index];
     // A stream's usage arrives only if asked for: ask on the client's behalf, and hide the
     // answer from a client that did not ask.
-    bool usage_injected = summary.stream && !summary.client_wants_usage;
+    bool usage_injected = summary.stream && summary.injects_stream_usage() && !summary.client_wants_usage;
     auto body = usage_injected ? cost::with_stream_usage(in.request.body(), summary.has_stream_options)
                                : std::move(in.request.body());
     auto up = proxy::make_upstream_request(in.request.base(), in.target, upstream, in.origin, std::move(body));

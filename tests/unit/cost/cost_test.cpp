@@ -18,10 +18,10 @@ TEST(RequestCost, SpecWorkedExamples) {
 }
 
 TEST(CostFactor, GlobsAndDefault) {
-    std::vector<config::ModelCost> models = {{"llama3-70b*", 3.5}, {"llama3-8b", 1.0}};
+    std::vector<config::ModelCost> models = {{"llama3-70b*", 3.5, {}}, {"llama3-8b", 1.0, {}}};
     EXPECT_DOUBLE_EQ(cost_factor(models, "llama3-70b-instruct"), 3.5);
     EXPECT_DOUBLE_EQ(cost_factor(models, "mistral"), 1.0);
-    models.push_back({"*", 2.0});
+    models.push_back({"*", 2.0, {}});
     EXPECT_DOUBLE_EQ(cost_factor(models, "mistral"), 2.0);
     EXPECT_DOUBLE_EQ(cost_factor(models, "llama3-8b"), 1.0);
 }
@@ -55,7 +55,9 @@ TEST(ParseRequestBody, ChatRequest) {
 TEST(ParseRequestBody, MaxCompletionTokensWinsAndDefaultApplies) {
     config::CostConfig c;
     c.default_max_tokens = 256;
-    EXPECT_EQ(parse_request_body(R"({"max_tokens":10,"max_completion_tokens":20})", c).summary.max_output_tokens, 20u);
+    EXPECT_EQ(parse_request_body(R"({"messages":[],"max_tokens":10,"max_completion_tokens":20})", c)
+                  .summary.max_output_tokens,
+              20u);
     EXPECT_EQ(parse_request_body(R"({"prompt":"x"})", c).summary.max_output_tokens, 256u);
     EXPECT_EQ(parse_request_body("", c).summary.max_output_tokens, 0u);
 }
@@ -72,8 +74,8 @@ TEST(ParseRequestBody, Errors) {
     config::CostConfig c;
     EXPECT_EQ(parse_request_body("{not json", c).error, BodyError::invalid_json);
     EXPECT_EQ(parse_request_body("[1,2]", c).error, BodyError::invalid_body);
-    EXPECT_EQ(parse_request_body(R"({"max_tokens":"x"})", c).error, BodyError::invalid_body);
-    EXPECT_EQ(parse_request_body(R"({"max_tokens":-1})", c).error, BodyError::invalid_body);
+    EXPECT_EQ(parse_request_body(R"({"messages":[],"max_tokens":"x"})", c).error, BodyError::invalid_body);
+    EXPECT_EQ(parse_request_body(R"({"messages":[],"max_tokens":-1})", c).error, BodyError::invalid_body);
     EXPECT_EQ(parse_request_body(R"({"messages":"hi"})", c).error, BodyError::invalid_body);
     EXPECT_EQ(parse_request_body(R"({"model":5})", c).error, BodyError::invalid_body);
     EXPECT_EQ(parse_request_body(R"({"stream":"yes"})", c).error, BodyError::invalid_body);

@@ -80,3 +80,74 @@ TEST(Settlement, AStreamCarriesItsSurcharge) {
 
 }  // namespace
 }  // namespace tokengate::cost
+
+namespace tokengate::cost {
+namespace {
+
+/// SPEC §11's settlement per shape: what each upstream reports, read from a body or a stream.
+SettledCost settle_response(std::string_view type, std::string_view body, std::uint64_t estimated_input = 250) {
+    config::CostConfig cfg;  // in per 100, out per 50, floor
+    RequestSummary request;
+    request.input_tokens = estimated_input;
+    ResponseUsage observed;
+    observed.start(type, false, false);
+    observed.feed(body, true);
+    return settled_cost(cfg, 1.0, request, 99, observed, {false, true, 200});
+}
+
+TEST(Settlement, EmbeddingsUsageHasNoCompletion) {
+    auto s = settle_response("application/json", R"({"data":[],"usage":{"prompt_tokens":700,"total_tokens":700}})");
+    EXPECT_EQ(s.prompt_tokens, 700u);
+    EXPECT_EQ(s.completion_tokens, 0u);
+    EXPECT_DOUBLE_EQ(s.cost, 7 + 1) << "output at its minimum";
+}
+
+TEST(Settlement, ResponsesApiJsonAndItsCompletedEvent) {
+    auto json = settle_response("application/json",
+                                R"({"object":"response","usage":{"input_tokens":400,"output_tokens":100}})");
+    EXPECT_EQ(json.prompt_tokens, 400u);
+    EXPECT_EQ(json.completion_tokens, 100u);
+    auto stream = settle_response(
+        "text/event-stream",
+        "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"usage\":null}}\n\n"
+        "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hi there\"}\n\n"
+        "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":"
+        "{\"input_tokens\":400,\"output_tokens\":100}}}\n\n");
+    EXPECT_EQ(stream.prompt_tokens, 400u);
+    EXPECT_EQ(stream.completion_tokens, 100u);
+}
+
+TEST(Settlement, ResponsesStreamCutShortCountsTheRelayedText) {
+    config::CostConfig cfg;
+    RequestSummary request;
+    request.input_tokens = 250;
+    ResponseUsage observed;
+    observed.start("text/event-stream", false, false);
+    observed.feed("data: {\"type\":\"response.output_text.delta\",\"delta\":\"one two three\"}\n\n", false);
+    auto s = settled_cost(cfg, 1.0, request, 99, observed, {false, false, 200});
+    EXPECT_EQ(s.prompt_tokens, 250u);
+    EXPECT_EQ(s.completion_tokens, 3u);
+}
+
+TEST(Settlement, TgiDetailsAndGeneratedTextWithTheEstimatedPrompt) {
+    auto details = settle_response(
+        "application/json", R"({"generated_text":"...","details":{"finish_reason":"length","generated_tokens":500}})");
+    EXPECT_EQ(details.prompt_tokens, 250u) << "TGI reports no prompt count: the estimate stands";
+    EXPECT_EQ(details.completion_tokens, 500u);
+    EXPECT_DOUBLE_EQ(details.cost, 2 + 10);
+    auto array = settle_response("application/json", R"([{"generated_text":"one two three four"}])");
+    EXPECT_EQ(array.completion_tokens, 4u) << "no details: the generated text, counted";
+    auto stream = settle_response("text/event-stream",
+                                  "data: {\"token\":{\"id\":1,\"text\":\"a\",\"special\":false}}\n\n"
+                                  "data: {\"token\":{\"id\":2,\"text\":\"b\",\"special\":false}}\n\n"
+                                  "data: {\"token\":{\"id\":3,\"text\":\"</s>\",\"special\":true},"
+                                  "\"generated_text\":\"ab\",\"details\":{\"generated_tokens\":3}}\n\n");
+    EXPECT_EQ(stream.completion_tokens, 3u);
+    auto undetailed = settle_response("text/event-stream",
+                                      "data: {\"token\":{\"id\":1,\"text\":\"a\",\"special\":false}}\n\n"
+                                      "data: {\"token\":{\"id\":2,\"text\":\"b\",\"special\":false}}\n\n");
+    EXPECT_EQ(undetailed.completion_tokens, 2u) << "one token an event";
+}
+
+}  // namespace
+}  // namespace tokengate::cost

@@ -1,0 +1,388 @@
+// SPEC §11: every request body the upstreams accept, priced by its shape.
+
+#include <simdjson.h>
+
+#include <array>
+#include <optional>
+
+#include "tokengate/cost/bpe.hpp"
+#include "tokengate/cost/cost.hpp"
+
+namespace tokengate::cost {
+
+namespace {
+
+using simdjson::dom::element;
+using simdjson::dom::element_type;
+
+constexpr std::uint64_t k_tokens_per_message = 4;  // role/name framing, as chat templates add
+constexpr std::uint64_t k_reply_priming = 3;
+
+std::uint64_t count_text(std::string_view text, const BpeTokenizer* tokenizer) {
+    return tokenizer ? tokenizer->count(text) : estimate_tokens(text);
+}
+
+/// Tokens for every string inside a JSON value (tool schemas, content parts, tool calls).
+std::uint64_t tokens_in(element v, const BpeTokenizer* tokenizer) {
+    switch (v.type()) {
+        case element_type::STRING: return count_text(std::string_view(v.get_string().value_unsafe()), tokenizer);
+        case element_type::OBJECT: {
+            std::uint64_t n = 0;
+            simdjson::dom::object object = v.get_object().value_unsafe();
+            for (auto it = object.begin(); it != object.end(); ++it)
+                n += count_text(it.key(), tokenizer) + tokens_in(it.value(), tokenizer);
+            return n;
+        }
+        case element_type::ARRAY: {
+            std::uint64_t n = 0;
+            simdjson::dom::array array = v.get_array().value_unsafe();
+            for (auto it = array.begin(); it != array.end(); ++it) n += tokens_in(*it, tokenizer);
+            return n;
+        }
+        case element_type::INT64:
+        case element_type::UINT64:
+        case element_type::DOUBLE: return 1;
+        default: return 0;
+    }
+}
+
+bool is_token_id(element v) { return v.is_int64() || v.is_uint64(); }
+
+std::uint64_t saturating_product(std::uint64_t a, std::uint64_t b) {
+    unsigned __int128 p = static_cast<unsigned __int128>(a) * b;
+    return p > UINT64_MAX ? UINT64_MAX : static_cast<std::uint64_t>(p);
+}
+
+/// Keys that price a request must appear once: parsers disagree on duplicates (the
+/// upstream's Python keeps the last), so "max_tokens":1,...,"max_tokens":4000 could be priced
+/// by one and honoured by the other. Found by fuzzing.
+constexpr std::array<std::string_view, 22> k_priced = {
+    "model",    "stream",        "stream_options", "max_tokens",   "max_completion_tokens",
+    "messages", "prompt",        "tools",          "functions",    "response_format",
+    "n",        "best_of",       "input",          "instructions", "max_output_tokens",
+    "inputs",   "parameters",    "query",          "documents",    "text_1",
+    "text_2",   "max_new_tokens"};
+
+std::optional<std::string_view> duplicate_key(simdjson::dom::object object) {
+    std::array<int, k_priced.size()> seen{};
+    for (auto it = object.begin(); it != object.end(); ++it)
+        for (std::size_t k = 0; k < k_priced.size(); ++k)
+            if (it.key() == k_priced[k] && ++seen[k] > 1) return k_priced[k];
+    return std::nullopt;
+}
+
+/// Reads one body into a summary; each step returns false with `error` set on a bad field.
+class BodyReader {
+public:
+    BodyReader(simdjson::dom::object root, const BpeTokenizer* tokenizer, RequestSummary& summary)
+        : root_(root), tokenizer_(tokenizer), s_(summary) {}
+
+    std::string error;
+
+    bool common();
+    bool chat();
+    bool completions();
+    bool embeddings();
+    bool rerank();
+    bool responses();
+    bool tgi(bool stream_path);
+
+private:
+    bool fail(std::string message) {
+        error = std::move(message);
+        return false;
+    }
+    bool get(std::string_view key, element& v) { return get(root_, key, v); }
+    static bool get(simdjson::dom::object o, std::string_view key, element& v) {
+        return o.at_key(key).get(v) == simdjson::SUCCESS && !v.is_null();
+    }
+    /// A non-negative integer, or absent/null.
+    bool count(simdjson::dom::object o, std::string_view key, std::optional<std::uint64_t>& out);
+    /// A positive integer up to k_max_sequences, or absent/null.
+    bool sequence_count(simdjson::dom::object o, std::string_view key, std::optional<std::uint64_t>& out);
+    /// A string, strings, token ids (one token each) or arrays of ids; `items` counts the
+    /// prompts (a flat array of ids is one).
+    bool texts_or_ids(element v, std::string_view key, std::uint64_t& items);
+    bool strings_or_objects(std::string_view key);
+    void name_output(std::optional<std::uint64_t> limit) {
+        s_.output_named = limit.has_value();
+        if (limit) s_.output_per_sequence = *limit;
+    }
+
+    simdjson::dom::object root_;
+    const BpeTokenizer* tokenizer_;
+    RequestSummary& s_;
+};
+
+bool BodyReader::count(simdjson::dom::object o, std::string_view key, std::optional<std::uint64_t>& out) {
+    element v;
+    if (!get(o, key, v)) return true;
+    if (v.type() == element_type::UINT64) out = v.get_uint64().value_unsafe();
+    else if (v.type() == element_type::INT64 && v.get_int64().value_unsafe() >= 0)
+        out = static_cast<std::uint64_t>(v.get_int64().value_unsafe());
+    else return fail("'" + std::string(key) + "' must be a non-negative integer");
+    return true;
+}
+
+bool BodyReader::sequence_count(simdjson::dom::object o, std::string_view key, std::optional<std::uint64_t>& out) {
+    element v;
+    if (!get(o, key, v)) return true;
+    std::int64_t n = 0;
+    if (v.get_int64().get(n) != simdjson::SUCCESS || n < 1 || static_cast<std::uint64_t>(n) > k_max_sequences)
+        return fail("'" + std::string(key) + "' must be an integer from 1 to " + std::to_string(k_max_sequences));
+    out = static_cast<std::uint64_t>(n);
+    return true;
+}
+
+bool BodyReader::texts_or_ids(element v, std::string_view key, std::uint64_t& items) {
+    auto bad = [&] {
+        return fail("'" + std::string(key) + "' must be a string, strings, token ids or arrays of them");
+    };
+    if (v.is_string()) {
+        s_.input_tokens += count_text(std::string_view(v.get_string().value_unsafe()), tokenizer_);
+        items = 1;
+        return true;
+    }
+    if (!v.is_array()) return bad();
+    items = 0;
+    bool ids = false;
+    simdjson::dom::array entries = v.get_array().value_unsafe();
+    for (element e : entries) {
+        if (e.is_string()) {
+            s_.input_tokens += count_text(std::string_view(e.get_string().value_unsafe()), tokenizer_);
+            ++items;
+        } else if (is_token_id(e)) {
+            s_.input_tokens += 1;  // a pre-tokenized prompt: one token an id
+            ids = true;
+        } else if (e.is_array()) {
+            simdjson::dom::array prompt = e.get_array().value_unsafe();
+            for (element id : prompt)
+                if (!is_token_id(id)) return bad();
+            s_.input_tokens += prompt.size();
+            ++items;
+        } else {
+            return bad();
+        }
+    }
+    if (ids) ++items;
+    return true;
+}
+
+bool BodyReader::common() {
+    element v;
+    if (root_.at_key("model").get(v) == simdjson::SUCCESS) {
+        std::string_view model;
+        if (v.get_string().get(model) != simdjson::SUCCESS) return fail("'model' must be a string");
+        s_.model = std::string(model);
+    }
+    if (get("stream", v) && v.get_bool().get(s_.stream) != simdjson::SUCCESS) return fail("'stream' must be a boolean");
+    if (get("stream_options", v)) {
+        simdjson::dom::object options;
+        if (v.get_object().get(options) != simdjson::SUCCESS) return fail("'stream_options' must be an object");
+        s_.has_stream_options = true;
+        bool include = false;
+        s_.client_wants_usage = options.at_key("include_usage").get_bool().get(include) == simdjson::SUCCESS && include;
+    }
+    return true;
+}
+
+bool BodyReader::chat() {
+    element v;
+    if (get("messages", v)) {
+        simdjson::dom::array messages;
+        if (v.get_array().get(messages) != simdjson::SUCCESS) return fail("'messages' must be an array");
+        for (element m : messages) {
+            simdjson::dom::object message;
+            if (m.get_object().get(message) != simdjson::SUCCESS)
+                return fail("each entry of 'messages' must be an object");
+            s_.input_tokens += k_tokens_per_message;
+            for (auto it = message.begin(); it != message.end(); ++it)
+                if (it.key() != "role") s_.input_tokens += tokens_in(it.value(), tokenizer_);
+        }
+        s_.input_tokens += k_reply_priming;
+    }
+    for (std::string_view key : {"tools", "functions"})
+        if (get(key, v)) {
+            if (!v.is_array()) return fail("'" + std::string(key) + "' must be an array");
+            s_.input_tokens += tokens_in(v, tokenizer_);
+        }
+    if (get("response_format", v)) {
+        if (!v.is_object()) return fail("'response_format' must be an object");
+        s_.input_tokens += tokens_in(v, tokenizer_);
+    }
+    std::optional<std::uint64_t> max_tokens, max_completion_tokens, n;
+    if (!count(root_, "max_tokens", max_tokens) || !count(root_, "max_completion_tokens", max_completion_tokens) ||
+        !sequence_count(root_, "n", n))
+        return false;
+    // vLLM and SGLang take `max_completion_tokens or max_tokens`: a 0 falls through.
+    name_output(max_completion_tokens && *max_completion_tokens > 0 ? max_completion_tokens : max_tokens);
+    s_.sequences = n.value_or(1);
+    return true;
+}
+
+bool BodyReader::completions() {
+    element v;
+    std::uint64_t prompts = 1;
+    if (get("prompt", v) && !texts_or_ids(v, "prompt", prompts)) return false;
+    std::optional<std::uint64_t> max_tokens, n, best_of;
+    if (!count(root_, "max_tokens", max_tokens) || !sequence_count(root_, "n", n) ||
+        !sequence_count(root_, "best_of", best_of))
+        return false;
+    if (best_of && *best_of < n.value_or(1)) return fail("'best_of' must be at least 'n'");
+    name_output(max_tokens);
+    s_.sequences = std::max<std::uint64_t>(prompts, 1) * std::max(n.value_or(1), best_of.value_or(1));
+    return true;
+}
+
+bool BodyReader::embeddings() {
+    element v;
+    std::uint64_t items = 0;
+    if (get("input", v) && !texts_or_ids(v, "input", items)) return false;
+    s_.sequences = 0;  // embeddings, pooling and classification generate nothing
+    return true;
+}
+
+bool BodyReader::strings_or_objects(std::string_view key) {
+    element v;
+    if (!get(key, v)) return true;
+    if (!v.is_string() && !v.is_array() && !v.is_object())
+        return fail("'" + std::string(key) + "' must be a string, an array or an object");
+    s_.input_tokens += tokens_in(v, tokenizer_);
+    return true;
+}
+
+bool BodyReader::rerank() {
+    for (std::string_view key : {"query", "documents", "text_1", "text_2"})
+        if (!strings_or_objects(key)) return false;
+    s_.sequences = 0;
+    return true;
+}
+
+bool BodyReader::responses() {
+    element v;
+    if (get("instructions", v)) {
+        if (!v.is_string()) return fail("'instructions' must be a string");
+        s_.input_tokens += tokens_in(v, tokenizer_);
+    }
+    if (get("input", v)) {
+        if (!v.is_string() && !v.is_array()) return fail("'input' must be a string or an array of items");
+        s_.input_tokens += tokens_in(v, tokenizer_);
+    }
+    if (get("tools", v)) {
+        if (!v.is_array()) return fail("'tools' must be an array");
+        s_.input_tokens += tokens_in(v, tokenizer_);
+    }
+    std::optional<std::uint64_t> max_output_tokens;
+    if (!count(root_, "max_output_tokens", max_output_tokens)) return false;
+    name_output(max_output_tokens);
+    return true;
+}
+
+bool BodyReader::tgi(bool stream_path) {
+    element v;
+    if (get("inputs", v)) {
+        if (!v.is_string()) return fail("'inputs' must be a string");
+        s_.input_tokens += tokens_in(v, tokenizer_);
+    }
+    if (stream_path) s_.stream = true;
+    if (!get("parameters", v)) return true;
+    simdjson::dom::object parameters;
+    if (v.get_object().get(parameters) != simdjson::SUCCESS) return fail("'parameters' must be an object");
+    if (auto twice = duplicate_key(parameters)) return fail("duplicate key 'parameters." + std::string(*twice) + "'");
+    std::optional<std::uint64_t> max_new_tokens, best_of;
+    if (!count(parameters, "max_new_tokens", max_new_tokens) || !sequence_count(parameters, "best_of", best_of))
+        return fail("'parameters." + error.substr(1));
+    name_output(max_new_tokens);
+    s_.sequences = best_of.value_or(1);
+    return true;
+}
+
+}  // namespace
+
+const char* to_string(Endpoint e) {
+    switch (e) {
+        case Endpoint::chat: return "chat";
+        case Endpoint::completions: return "completions";
+        case Endpoint::embeddings: return "embeddings";
+        case Endpoint::rerank: return "rerank";
+        case Endpoint::responses: return "responses";
+        case Endpoint::tgi: return "tgi";
+        case Endpoint::unknown: break;
+    }
+    return "unknown";
+}
+
+Endpoint endpoint_for_path(std::string_view path) {
+    while (!path.empty() && path.back() == '/') path.remove_suffix(1);
+    auto slash = path.rfind('/');
+    auto last = slash == std::string_view::npos ? path : path.substr(slash + 1);
+    auto before = slash == std::string_view::npos ? std::string_view{} : path.substr(0, slash);
+    if (last == "completions") {
+        auto parent = before.substr(before.rfind('/') == std::string_view::npos ? 0 : before.rfind('/') + 1);
+        return parent == "chat" ? Endpoint::chat : Endpoint::completions;
+    }
+    if (last == "embeddings" || last == "pooling" || last == "classify") return Endpoint::embeddings;
+    if (last == "rerank" || last == "score") return Endpoint::rerank;
+    if (last == "responses") return Endpoint::responses;
+    if (last == "generate" || last == "generate_stream") return Endpoint::tgi;
+    return Endpoint::unknown;
+}
+
+ParsedBody parse_request_body(std::string_view body, const config::CostConfig& cost, const BpeTokenizer* tokenizer,
+                              std::string_view path) {
+    ParsedBody out;
+    auto& s = out.summary;
+    s.endpoint = endpoint_for_path(path);
+    // A request without a body (GET /v1/models) generates nothing: it costs the minimum.
+    if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+        s.sequences = 0;
+        return out;
+    }
+    // simdjson validates the whole document at a few GB/s; the parser's buffers are reused
+    // by each thread, so a request costs no allocation here.
+    thread_local simdjson::dom::parser parser;
+    element doc;
+    if (parser.parse(body.data(), body.size()).get(doc) != simdjson::SUCCESS) {
+        out.error = BodyError::invalid_json;
+        out.message = "We could not parse the JSON body of your request.";
+        return out;
+    }
+    auto invalid = [&](std::string message) {
+        out.error = BodyError::invalid_body;
+        out.message = std::move(message);
+        return out;
+    };
+    simdjson::dom::object root;
+    if (doc.get_object().get(root) != simdjson::SUCCESS) return invalid("The request body must be a JSON object.");
+    if (auto twice = duplicate_key(root))
+        return invalid("duplicate key '" + std::string(*twice) + "' in the request body");
+    if (s.endpoint == Endpoint::unknown) {
+        element v;
+        if (root.at_key("messages").get(v) == simdjson::SUCCESS) s.endpoint = Endpoint::chat;
+        else if (root.at_key("prompt").get(v) == simdjson::SUCCESS) s.endpoint = Endpoint::completions;
+        else if (root.at_key("inputs").get(v) == simdjson::SUCCESS) s.endpoint = Endpoint::tgi;
+    }
+    BodyReader reader(root, tokenizer, s);
+    bool ok = reader.common();
+    switch (s.endpoint) {
+        case Endpoint::chat: ok = ok && reader.chat(); break;
+        case Endpoint::completions: ok = ok && reader.completions(); break;
+        case Endpoint::embeddings: ok = ok && reader.embeddings(); break;
+        case Endpoint::rerank: ok = ok && reader.rerank(); break;
+        case Endpoint::responses: ok = ok && reader.responses(); break;
+        case Endpoint::tgi: ok = ok && reader.tgi(path.ends_with("generate_stream")); break;
+        case Endpoint::unknown: s.sequences = 0; break;  // not a shape we know: the minimum cost
+    }
+    if (!ok) return invalid(reader.error);
+    if (!s.output_named) s.output_per_sequence = s.sequences ? cost.default_max_tokens : 0;
+    s.max_output_tokens = saturating_product(s.sequences, s.output_per_sequence);
+    return out;
+}
+
+void apply_model_default(RequestSummary& s, const config::ModelCost* model) {
+    if (!model || !model->max_output_tokens || s.output_named || s.sequences == 0) return;
+    s.output_per_sequence = *model->max_output_tokens;
+    s.max_output_tokens = saturating_product(s.sequences, s.output_per_sequence);
+}
+
+}  // namespace tokengate::cost
