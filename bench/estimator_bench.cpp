@@ -12,6 +12,7 @@
 
 #include "tokengate/cost/bpe.hpp"
 #include "tokengate/cost/cost.hpp"
+#include "tokengate/cost/image.hpp"
 
 namespace {
 
@@ -64,6 +65,29 @@ void BM_ChatBodyParse(benchmark::State& state) {
     state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * body.size()));
 }
 BENCHMARK(BM_ChatBodyParse)->Unit(benchmark::kMillisecond);
+
+// A 4 MB data-URL image (a 4000 × 3000 PNG's header, then pixel data): only its header is
+// decoded. The probe alone, then the whole chat body (simdjson still validates all 4 MB).
+const std::string k_image_url =
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAD6AAAAu4CAYAAAAAAAAA" + std::string(4 << 20, 'A');
+
+void BM_ImageProbe4MB(benchmark::State& state) {
+    for (auto _ : state) benchmark::DoNotOptimize(tokengate::cost::probe_data_url(k_image_url));
+}
+BENCHMARK(BM_ImageProbe4MB)->Unit(benchmark::kMicrosecond);
+
+void BM_ChatWithImage4MB(benchmark::State& state) {
+    std::string body = R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"what is this?"},)"
+                       R"({"type":"image_url","image_url":{"url":")" +
+                       k_image_url + R"("}}]}]})";
+    tokengate::config::CostConfig cost;
+    auto check = tokengate::cost::parse_request_body(body, cost, nullptr, "/v1/chat/completions");
+    if (check.error != tokengate::cost::BodyError::none || check.summary.images != 1) state.SkipWithError("not priced");
+    for (auto _ : state)
+        benchmark::DoNotOptimize(tokengate::cost::parse_request_body(body, cost, nullptr, "/v1/chat/completions"));
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * body.size()));
+}
+BENCHMARK(BM_ChatWithImage4MB)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

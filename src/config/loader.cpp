@@ -340,17 +340,43 @@ struct Loader {
         bool has_default = false;
         min_cost_factor = std::numeric_limits<double>::max();
         for (const auto& kv : n) {
-            r.expect_map(kv.second, "model", {"cost_factor", "max_output_tokens"});
+            r.expect_map(
+                kv.second, "model",
+                {"cost_factor", "max_output_tokens", "image_tokens", "image_default_tokens", "media_default_tokens"});
             ModelCost m;
             m.pattern = r.string_of(kv.first, "model name");
-            if (kv.second["cost_factor"]) m.cost_factor = r.positive(kv.second["cost_factor"], "cost_factor");
-            if (kv.second["max_output_tokens"])
-                m.max_output_tokens = r.whole(kv.second["max_output_tokens"], "max_output_tokens", 1);
+            const auto& v = kv.second;
+            if (v["cost_factor"]) m.cost_factor = r.positive(v["cost_factor"], "cost_factor");
+            if (v["max_output_tokens"]) m.max_output_tokens = r.whole(v["max_output_tokens"], "max_output_tokens", 1);
+            if (v["image_tokens"]) m.image_tokens = image_scheme(v["image_tokens"]);
+            if (v["image_default_tokens"])
+                m.image_default_tokens = r.whole(v["image_default_tokens"], "image_default_tokens", 0, 1'000'000);
+            if (v["media_default_tokens"])
+                m.media_default_tokens = r.whole(v["media_default_tokens"], "media_default_tokens", 0, 1'000'000);
             has_default |= m.pattern == "*";
             min_cost_factor = std::min(min_cost_factor, m.cost_factor);
             config.models.push_back(m);
         }
         if (!has_default) min_cost_factor = std::min(min_cost_factor, 1.0);
+    }
+
+    /// `{ tile, per_tile, base }` or `{ patch, max_pixels }`.
+    ImageScheme image_scheme(const YAML::Node& n) {
+        r.expect_map(n, "image_tokens", {"tile", "per_tile", "base", "patch", "max_pixels"});
+        ImageScheme s;
+        bool tiles = n["tile"] || n["per_tile"] || n["base"];
+        bool patches = n["patch"] || n["max_pixels"];
+        if (tiles == patches) r.fail(n, "image_tokens: give either { tile, per_tile, base } or { patch, max_pixels }");
+        if (patches) {
+            s.kind = ImageScheme::Kind::patches;
+            if (n["patch"]) s.patch = r.whole(n["patch"], "image_tokens.patch", 1, 4096);
+            if (n["max_pixels"]) s.max_pixels = r.whole(n["max_pixels"], "image_tokens.max_pixels", 1, 1ull << 32);
+            return s;
+        }
+        if (n["tile"]) s.tile = r.whole(n["tile"], "image_tokens.tile", 1, 4096);
+        if (n["per_tile"]) s.per_tile = r.whole(n["per_tile"], "image_tokens.per_tile", 0, 100'000);
+        if (n["base"]) s.base = r.whole(n["base"], "image_tokens.base", 0, 100'000);
+        return s;
     }
 
     void cost(const YAML::Node& n) {

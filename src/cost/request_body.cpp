@@ -2,11 +2,13 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <array>
 #include <optional>
 
 #include "tokengate/cost/bpe.hpp"
 #include "tokengate/cost/cost.hpp"
+#include "tokengate/cost/image.hpp"
 
 namespace tokengate::cost {
 
@@ -74,8 +76,9 @@ std::optional<std::string_view> duplicate_key(simdjson::dom::object object) {
 /// Reads one body into a summary; each step returns false with `error` set on a bad field.
 class BodyReader {
 public:
-    BodyReader(simdjson::dom::object root, const BpeTokenizer* tokenizer, RequestSummary& summary)
-        : root_(root), tokenizer_(tokenizer), s_(summary) {}
+    BodyReader(simdjson::dom::object root, const BpeTokenizer* tokenizer, const std::vector<config::ModelCost>* models,
+               RequestSummary& summary)
+        : root_(root), tokenizer_(tokenizer), models_(models), s_(summary) {}
 
     std::string error;
 
@@ -104,6 +107,11 @@ private:
     /// prompts (a flat array of ids is one).
     bool texts_or_ids(element v, std::string_view key, std::uint64_t& items);
     bool strings_or_objects(std::string_view key);
+    /// Tokens of message content: text as text; images and other media by their own rules
+    /// (their base64 is never text).
+    bool content_tokens(element v, std::uint64_t& tokens);
+    bool media_part(simdjson::dom::object part, std::string_view type, std::uint64_t& tokens, bool& was_media);
+    bool image(element url_or_object, std::string_view detail, std::uint64_t& tokens);
     void name_output(std::optional<std::uint64_t> limit) {
         s_.output_named = limit.has_value();
         if (limit) s_.output_per_sequence = *limit;
@@ -111,8 +119,84 @@ private:
 
     simdjson::dom::object root_;
     const BpeTokenizer* tokenizer_;
+    const std::vector<config::ModelCost>* models_;
+    const config::ModelCost* model_ = &k_no_model;
     RequestSummary& s_;
+
+    static const config::ModelCost k_no_model;
 };
+
+const config::ModelCost BodyReader::k_no_model{};
+
+bool BodyReader::image(element v, std::string_view detail, std::uint64_t& tokens) {
+    std::string_view url;
+    if (v.is_object()) {  // chat: {"url": ..., "detail": ...}
+        simdjson::dom::object o = v.get_object().value_unsafe();
+        std::string_view d;
+        if (o["detail"].get_string().get(d) == simdjson::SUCCESS) detail = d;
+        if (o["url"].get_string().get(url) != simdjson::SUCCESS) return fail("an image part without its 'url'");
+    } else if (v.get_string().get(url) != simdjson::SUCCESS) {
+        return fail("an image part's 'image_url' must be a string or an object");
+    }
+    ++s_.images;
+    if (url.substr(0, 5) != "data:") {  // behind a URL: its size is not ours to fetch
+        tokens += model_->image_default_tokens;
+        return true;
+    }
+    auto probe = probe_data_url(url);
+    switch (probe.result) {
+        case ImageProbe::Result::size: tokens += image_tokens(probe.size, model_->image_tokens, detail == "low"); break;
+        case ImageProbe::Result::unreadable: tokens += model_->image_default_tokens; break;
+        case ImageProbe::Result::malformed: return fail("an image part holds " + std::string(probe.why));
+    }
+    return true;
+}
+
+bool BodyReader::media_part(simdjson::dom::object part, std::string_view type, std::uint64_t& tokens, bool& was_media) {
+    was_media = true;
+    element v;
+    if (type == "image_url" || type == "input_image") {
+        std::string_view detail;
+        if (part["detail"].get_string().get(detail) != simdjson::SUCCESS) detail = {};
+        if (part["image_url"].get(v) == simdjson::SUCCESS) return image(v, detail, tokens);
+        ++s_.images;  // a file id: its size is not in the request
+        tokens += model_->image_default_tokens;
+        return true;
+    }
+    static constexpr std::array<std::string_view, 7> k_media = {"input_audio", "audio_url", "audio",     "video_url",
+                                                                "video",       "file",      "input_file"};
+    if (std::find(k_media.begin(), k_media.end(), type) != k_media.end()) {
+        tokens += model_->media_default_tokens;
+        return true;
+    }
+    was_media = false;
+    return true;
+}
+
+bool BodyReader::content_tokens(element v, std::uint64_t& tokens) {
+    if (v.is_array()) {
+        simdjson::dom::array parts = v.get_array().value_unsafe();
+        for (element part : parts)
+            if (!content_tokens(part, tokens)) return false;
+        return true;
+    }
+    if (!v.is_object()) {
+        tokens += tokens_in(v, tokenizer_);
+        return true;
+    }
+    simdjson::dom::object o = v.get_object().value_unsafe();
+    std::string_view type;
+    if (o["type"].get_string().get(type) == simdjson::SUCCESS) {
+        bool was_media = false;
+        if (!media_part(o, type, tokens, was_media)) return false;
+        if (was_media) return true;
+    }
+    for (auto it = o.begin(); it != o.end(); ++it) {
+        tokens += count_text(it.key(), tokenizer_);
+        if (!content_tokens(it.value(), tokens)) return false;
+    }
+    return true;
+}
 
 bool BodyReader::count(simdjson::dom::object o, std::string_view key, std::optional<std::uint64_t>& out) {
     element v;
@@ -175,6 +259,8 @@ bool BodyReader::common() {
         if (v.get_string().get(model) != simdjson::SUCCESS) return fail("'model' must be a string");
         s_.model = std::string(model);
     }
+    if (models_)
+        if (const auto* m = find_model(*models_, s_.model)) model_ = m;
     if (get("stream", v) && v.get_bool().get(s_.stream) != simdjson::SUCCESS) return fail("'stream' must be a boolean");
     if (get("stream_options", v)) {
         simdjson::dom::object options;
@@ -197,7 +283,7 @@ bool BodyReader::chat() {
                 return fail("each entry of 'messages' must be an object");
             s_.input_tokens += k_tokens_per_message;
             for (auto it = message.begin(); it != message.end(); ++it)
-                if (it.key() != "role") s_.input_tokens += tokens_in(it.value(), tokenizer_);
+                if (it.key() != "role" && !content_tokens(it.value(), s_.input_tokens)) return false;
         }
         s_.input_tokens += k_reply_priming;
     }
@@ -266,7 +352,7 @@ bool BodyReader::responses() {
     }
     if (get("input", v)) {
         if (!v.is_string() && !v.is_array()) return fail("'input' must be a string or an array of items");
-        s_.input_tokens += tokens_in(v, tokenizer_);
+        if (!content_tokens(v, s_.input_tokens)) return false;
     }
     if (get("tools", v)) {
         if (!v.is_array()) return fail("'tools' must be an array");
@@ -329,7 +415,7 @@ Endpoint endpoint_for_path(std::string_view path) {
 }
 
 ParsedBody parse_request_body(std::string_view body, const config::CostConfig& cost, const BpeTokenizer* tokenizer,
-                              std::string_view path) {
+                              std::string_view path, const std::vector<config::ModelCost>* models) {
     ParsedBody out;
     auto& s = out.summary;
     s.endpoint = endpoint_for_path(path);
@@ -362,7 +448,7 @@ ParsedBody parse_request_body(std::string_view body, const config::CostConfig& c
         else if (root.at_key("prompt").get(v) == simdjson::SUCCESS) s.endpoint = Endpoint::completions;
         else if (root.at_key("inputs").get(v) == simdjson::SUCCESS) s.endpoint = Endpoint::tgi;
     }
-    BodyReader reader(root, tokenizer, s);
+    BodyReader reader(root, tokenizer, models, s);
     bool ok = reader.common();
     switch (s.endpoint) {
         case Endpoint::chat: ok = ok && reader.chat(); break;

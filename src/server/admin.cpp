@@ -131,6 +131,7 @@ Response explain(Services& services, const Runtime& rt, const pipeline::Admitted
                 {"output_tokens", a.summary.max_output_tokens},
                 {"output_tokens_per_sequence", a.summary.output_per_sequence},
                 {"sequences", a.summary.sequences},
+                {"images", a.summary.images},
                 {"max_output_tokens", a.summary.max_output_tokens},
                 {"stream", a.summary.stream},
                 {"cost", a.reserved},

@@ -17,7 +17,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     auto parsed = tokengate::cost::parse_request_body(body, cost, nullptr, path);
     if (parsed.error == tokengate::cost::BodyError::none) {
         auto s = parsed.summary;
-        tokengate::config::ModelCost model{"*", 2.0, 4096};
+        tokengate::config::ModelCost model;
+        model.max_output_tokens = 4096;
         tokengate::cost::apply_model_default(s, &model);
         // The product is saturated, never wrapped: sequences × per sequence, or the maximum.
         if (s.sequences && s.max_output_tokens < s.output_per_sequence) __builtin_trap();

@@ -103,6 +103,34 @@ TEST_F(Pricing, EveryShapeOfTheTableThroughExplain) {
     EXPECT_EQ(fallthrough["output_tokens"], 4000);
 }
 
+// A 640 × 480 PNG's signature and IHDR chunk, then 300 KB of (zero) pixel data.
+const std::string k_png_640x480 =
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAoAAAAHgCAYAAAAAAAAA" + std::string(400 * 1024, 'A');
+
+json chat_with_image(const std::string& url) {
+    return {{"model", "x"},
+            {"messages",
+             {{{"role", "user"},
+               {"content",
+                {{{"type", "text"}, {"text", "what is this?"}},
+                 {{"type", "image_url"}, {"image_url", {{"url", url}}}}}}}}}};
+}
+
+TEST_F(Pricing, AnImageIsPricedFromItsHeaderNotItsBase64) {
+    auto priced = explain("/v1/chat/completions", chat_with_image(k_png_640x480));
+    EXPECT_EQ(priced["images"], 1);
+    EXPECT_GE(priced["input_tokens"], 425) << "85 + 2 tiles × 170";
+    EXPECT_LT(priced["input_tokens"], 450) << "was ~140,000 text tokens of base64";
+    auto by_url = explain("/v1/chat/completions", chat_with_image("https://example.com/cat.png"));
+    EXPECT_GE(by_url["input_tokens"], 1000) << "image_default_tokens";
+    // A header cut short is the client's error.
+    auto r = gw.request(Request{
+        "POST", "/v1/chat/completions", {k_auth}, chat_with_image("data:image/png;base64,iVBORw0KGgo=").dump()});
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_NE(json::parse(r.body)["error"]["message"].get<std::string>().find("cut short"), std::string::npos)
+        << r.body;
+}
+
 TEST_F(Pricing, BadCountsAre400sOnTheDataPlane) {
     for (const auto& [path, body] : std::vector<std::pair<std::string, std::string>>{
              {"/v1/chat/completions", R"({"messages":[],"n":0})"},

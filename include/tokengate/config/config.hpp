@@ -89,10 +89,21 @@ struct RouteConfig {
     std::vector<LimitSpec> limits;
 };
 
+/// How many tokens an image costs the model (SPEC §11).
+struct ImageScheme {
+    enum class Kind { tiles, patches };
+    Kind kind = Kind::tiles;
+    std::uint64_t tile = 512, per_tile = 170, base = 85;  // OpenAI's high-detail rule
+    std::uint64_t patch = 28, max_pixels = 1003520;       // Qwen-VL style
+};
+
 struct ModelCost {
     std::string pattern;
     double cost_factor = 1.0;
     std::optional<std::uint64_t> max_output_tokens;  // the output a request naming none reserves
+    ImageScheme image_tokens;
+    std::uint64_t image_default_tokens = 1000;  // an image behind a URL, or of unknown format
+    std::uint64_t media_default_tokens = 1000;  // each audio, video or file part
 };
 
 struct CostConfig {

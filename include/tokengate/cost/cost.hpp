@@ -31,6 +31,7 @@ struct RequestSummary {
     bool output_named = false;            // the body named its limit: no model default replaces it
     std::uint64_t sequences = 1;          // n, prompts × max(n, best_of), TGI's best_of; 0: no output
     std::uint64_t max_output_tokens = 0;  // sequences × output_per_sequence, saturated
+    std::uint64_t images = 0;             // image parts priced (their tokens are in input_tokens)
 
     /// Whether the gateway asks a stream for its usage (chat and completions only: the
     /// Responses API and TGI report it in their final events unasked).
@@ -53,8 +54,10 @@ class BpeTokenizer;
 /// Validates and summarises a JSON request body sent to `path` (SPEC §11's table). An empty
 /// body is a valid empty request. Input tokens come from `tokenizer` when given, else from
 /// the heuristic. Output without a named limit is `cost.default_max_tokens` per sequence.
+/// `models` prices images and other media by the body's model (else SPEC §11's defaults).
 ParsedBody parse_request_body(std::string_view body, const config::CostConfig& cost,
-                              const BpeTokenizer* tokenizer = nullptr, std::string_view path = {});
+                              const BpeTokenizer* tokenizer = nullptr, std::string_view path = {},
+                              const std::vector<config::ModelCost>* models = nullptr);
 
 /// The body with `stream_options.include_usage: true` added, so a stream ends with its usage.
 std::string with_stream_usage(std::string_view body, bool has_stream_options);

@@ -25,7 +25,7 @@ std::variant<Admitted, Rejection> admit(const Runtime& runtime, const Incoming& 
                                       : "Incorrect API key provided.");
     Admitted a;
     a.principal = *who;
-    auto parsed = cost::parse_request_body(in.body, cfg.cost, runtime.tokenizer.get(), in.target.path);
+    auto parsed = cost::parse_request_body(in.body, cfg.cost, runtime.tokenizer.get(), in.target.path, &cfg.models);
     if (parsed.error != cost::BodyError::none)
         return invalid(http::status::bad_request,
                        parsed.error == cost::BodyError::invalid_json ? "invalid_json" : "invalid_body", parsed.message);

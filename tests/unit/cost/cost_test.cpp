@@ -17,11 +17,18 @@ TEST(RequestCost, SpecWorkedExamples) {
     EXPECT_DOUBLE_EQ(request_cost(c, 3.5, 300, 160, true), 25.5);
 }
 
+config::ModelCost model(std::string pattern, double factor) {
+    config::ModelCost m;
+    m.pattern = std::move(pattern);
+    m.cost_factor = factor;
+    return m;
+}
+
 TEST(CostFactor, GlobsAndDefault) {
-    std::vector<config::ModelCost> models = {{"llama3-70b*", 3.5, {}}, {"llama3-8b", 1.0, {}}};
+    std::vector<config::ModelCost> models = {model("llama3-70b*", 3.5), model("llama3-8b", 1.0)};
     EXPECT_DOUBLE_EQ(cost_factor(models, "llama3-70b-instruct"), 3.5);
     EXPECT_DOUBLE_EQ(cost_factor(models, "mistral"), 1.0);
-    models.push_back({"*", 2.0, {}});
+    models.push_back(model("*", 2.0));
     EXPECT_DOUBLE_EQ(cost_factor(models, "mistral"), 2.0);
     EXPECT_DOUBLE_EQ(cost_factor(models, "llama3-8b"), 1.0);
 }

@@ -187,7 +187,8 @@ TEST(RequestBody, BadSequenceCountsAndWrongTypesAre400s) {
 }
 
 TEST(RequestBody, TheModelsOwnDefaultOutputAppliesWhenTheRequestNamesNone) {
-    config::ModelCost model{"m", 1.0, 1024};
+    config::ModelCost model;
+    model.max_output_tokens = 1024;
     auto named = priced("/v1/chat/completions", R"({"messages":[],"max_tokens":5,"n":2})");
     apply_model_default(named, &model);
     EXPECT_EQ(named.max_output_tokens, 10u);
