@@ -15,6 +15,7 @@
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 
@@ -56,7 +57,9 @@ std::uint64_t header_number(const http::request<http::string_body>& req, std::st
 /// temporaries such as JSON initializer lists inside coroutine bodies).
 struct Completion {
     std::string error;
+    cost::Endpoint kind = cost::Endpoint::chat;
     bool chat = true;
+    bool details = false;  // TGI: parameters.details
     bool stream = false;
     bool include_usage = false;
     std::string id;
@@ -79,14 +82,52 @@ struct Completion {
                     {"choices", std::move(choices)}};
         return out;
     }
+    std::string text() const {
+        std::string out;
+        for (std::uint64_t i = 0; i < completion_tokens; ++i) out += k_words[i % std::size(k_words)];
+        return out;
+    }
+    /// A Responses API object; usage and output only once it is completed, as OpenAI sends it.
+    json responses_object(bool completed) const {
+        json out = {{"id", id},
+                    {"object", "response"},
+                    {"created_at", created},
+                    {"status", completed ? "completed" : "in_progress"},
+                    {"model", model},
+                    {"output", json::array()},
+                    {"usage", nullptr}};
+        if (!completed) return out;
+        out["output"] = json::array({{{"type", "message"},
+                                      {"role", "assistant"},
+                                      {"content", json::array({{{"type", "output_text"}, {"text", text()}}})}}});
+        out["usage"] = {{"input_tokens", prompt_tokens},
+                        {"output_tokens", completion_tokens},
+                        {"total_tokens", prompt_tokens + completion_tokens}};
+        return out;
+    }
+    json tgi_details() const {
+        return {{"finish_reason", finish_reason == "length" ? "length" : "eos_token"},
+                {"generated_tokens", completion_tokens}};
+    }
     std::string json_response() const {
-        std::string text;
-        for (std::uint64_t i = 0; i < completion_tokens; ++i) text += k_words[i % std::size(k_words)];
-        json choice = chat
-                          ? json{{"index", 0},
-                                 {"message", {{"role", "assistant"}, {"content", text}}},
-                                 {"finish_reason", finish_reason}}
-                          : json{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
+        if (kind == cost::Endpoint::embeddings) {
+            json out = {{"object", "list"}, {"model", model}};
+            out["data"] =
+                json::array({{{"object", "embedding"}, {"index", 0}, {"embedding", json::array({0.0, 0.5, 1.0})}}});
+            out["usage"] = {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}};
+            return out.dump();
+        }
+        if (kind == cost::Endpoint::responses) return responses_object(true).dump();
+        if (kind == cost::Endpoint::tgi) {
+            json out = {{"generated_text", text()}};
+            if (details) out["details"] = tgi_details();
+            return out.dump();
+        }
+        json choice =
+            chat ? json{{"index", 0},
+                        {"message", {{"role", "assistant"}, {"content", text()}}},
+                        {"finish_reason", finish_reason}}
+                 : json{{"index", 0}, {"text", text()}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
         json out = envelope(json::array({choice}));
         out["usage"] = usage();
         return out.dump();
@@ -98,14 +139,34 @@ struct Completion {
         if (include_usage) chunk["usage"] = nullptr;
         return "data: " + chunk.dump() + "\n\n";
     }
+    static std::string named_event(std::string_view name, const json& data) {
+        return "event: " + std::string(name) + "\ndata: " + data.dump() + "\n\n";
+    }
     std::string opening_event() const {
+        if (kind == cost::Endpoint::responses)
+            return named_event("response.created",
+                               {{"type", "response.created"}, {"response", responses_object(false)}});
+        if (kind == cost::Endpoint::tgi) return {};
         return chat ? event({{"role", "assistant"}, {"content", ""}}, nullptr) : std::string();
     }
     std::string token_event(std::uint64_t i) const {
         std::string word = k_words[i % std::size(k_words)];
+        if (kind == cost::Endpoint::responses)
+            return named_event("response.output_text.delta", {{"type", "response.output_text.delta"}, {"delta", word}});
+        if (kind == cost::Endpoint::tgi) {
+            json e = {{"index", i}, {"token", {{"id", i}, {"text", word}, {"logprob", 0.0}, {"special", false}}}};
+            bool last = i + 1 == completion_tokens;
+            e["generated_text"] = last ? json(text()) : json(nullptr);
+            e["details"] = last && details ? tgi_details() : json(nullptr);
+            return "data: " + e.dump() + "\n\n";
+        }
         return event(chat ? json{{"content", word}} : json(word), nullptr);
     }
     std::string closing_events() const {
+        if (kind == cost::Endpoint::responses)
+            return named_event("response.completed",
+                               {{"type", "response.completed"}, {"response", responses_object(true)}});
+        if (kind == cost::Endpoint::tgi) return {};
         std::string out = event(chat ? json::object() : json(""), finish_reason);
         if (include_usage) {
             json last = envelope(json::array());
@@ -116,31 +177,35 @@ struct Completion {
     }
 };
 
-Completion plan_completion(const http::request<http::string_body>& req, bool chat, std::uint64_t serial) {
+Completion plan_completion(const http::request<http::string_body>& req, std::string_view path, std::uint64_t serial) {
     Completion c;
-    c.chat = chat;
     config::CostConfig cost_config;
-    auto parsed = cost::parse_request_body(req.body(), cost_config);
+    auto parsed = cost::parse_request_body(req.body(), cost_config, nullptr, path);
     if (parsed.error != cost::BodyError::none) {
         c.error = parsed.message;
         return c;
     }
-    json body = json::parse(req.body(), nullptr, false);
-    std::uint64_t want = k_default_completion_tokens;
-    for (const char* key : {"max_completion_tokens", "max_tokens"}) {
-        if (body.is_object() && body.contains(key) && body[key].is_number_unsigned()) {
-            auto max = body[key].get<std::uint64_t>();
-            if (max <= want) c.finish_reason = "length";
-            want = std::min(want, max);
-            break;
-        }
+    const auto& s = parsed.summary;
+    c.kind = s.endpoint;
+    c.chat = s.endpoint == cost::Endpoint::chat;
+    std::uint64_t want = s.endpoint == cost::Endpoint::embeddings ? 0 : k_default_completion_tokens;
+    if (s.output_named && s.output_per_sequence <= want) {
+        c.finish_reason = "length";
+        want = s.output_per_sequence;
     }
-    c.completion_tokens = header_number(req, "x-mock-completion-tokens", want);
-    c.stream = parsed.summary.stream;
-    c.include_usage = parsed.summary.client_wants_usage;
-    c.prompt_tokens = parsed.summary.input_tokens;
-    c.model = parsed.summary.model.empty() ? "mock-model" : parsed.summary.model;
-    c.id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(serial);
+    c.completion_tokens =
+        s.endpoint == cost::Endpoint::embeddings ? 0 : header_number(req, "x-mock-completion-tokens", want);
+    json body = json::parse(req.body(), nullptr, false);
+    c.details = body.is_object() && body.contains("parameters") && body["parameters"].is_object() &&
+                body["parameters"].value("details", false);
+    c.stream = s.stream;
+    c.include_usage = s.client_wants_usage;
+    c.prompt_tokens = s.input_tokens;
+    c.model = s.model.empty() ? "mock-model" : s.model;
+    c.id = std::string(c.chat                                    ? "chatcmpl-"
+                       : s.endpoint == cost::Endpoint::responses ? "resp_"
+                                                                 : "cmpl-") +
+           std::to_string(serial);
     c.created =
         std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     return c;
@@ -232,13 +297,15 @@ private:
                 "\n";
             co_return co_await send(res, keep);
         }
-        bool chat = path == "/v1/chat/completions";
-        if (req.method() != http::verb::post || (!chat && path != "/v1/completions"))
+        static constexpr std::array<std::string_view, 7> k_served = {
+            "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/generate",
+            "/generate_stream",     "/pooling"};
+        if (req.method() != http::verb::post || std::find(k_served.begin(), k_served.end(), path) == k_served.end())
             co_return co_await send_error(http::status::not_found, "Not found: " + std::string(path), keep);
-        co_return co_await complete(req, chat);
+        co_return co_await complete(req, std::string(path));
     }
 
-    net::awaitable<bool> complete(http::request<http::string_body>& req, bool chat) {
+    net::awaitable<bool> complete(http::request<http::string_body>& req, std::string path) {
         bool keep = req.keep_alive();
         ++stats_.requests;
         auto delay = std::chrono::milliseconds(header_number(req, "x-mock-delay-ms", 0));
@@ -246,7 +313,7 @@ private:
             if (!co_await pause(delay)) co_return false;
             co_return co_await send_error(static_cast<http::status>(forced), "mock failure requested", keep);
         }
-        auto plan = plan_completion(req, chat, stats_.requests);
+        auto plan = plan_completion(req, path, stats_.requests);
         if (!plan.error.empty()) co_return co_await send_error(http::status::bad_request, plan.error, keep);
 
         ++stats_.running;
@@ -288,8 +355,10 @@ private:
             if (i > 0) ++stats_.generation_tokens;
         }
         std::string tail = plan.closing_events();
-        auto [tec, tn] = co_await net::async_write(stream_, http::make_chunk(net::buffer(tail)), k_use);
-        if (tec) co_return false;
+        if (!tail.empty()) {  // (an empty chunk would be the last chunk)
+            auto [tec, tn] = co_await net::async_write(stream_, http::make_chunk(net::buffer(tail)), k_use);
+            if (tec) co_return false;
+        }
         auto [lec, ln] = co_await net::async_write(stream_, http::make_chunk_last(), k_use);
         co_return !lec;
     }

@@ -202,3 +202,49 @@ TEST_F(Pricing, EmbeddingsAreSettledFromPromptTokens) {
 
 }  // namespace
 }  // namespace tokengate::testing
+
+namespace tokengate::testing {
+namespace {
+
+// The same dialects end to end with tokengate's own mock upstream, which speaks them too.
+TEST(PricingWithTheMock, EachDialectIsSettledFromWhatTheMockReports) {
+    GatewayUnderTest gw(R"(
+routes:
+  - { path_prefix: /, upstreams: [mock] }
+tenants:
+  - { id: acme, keys: ["k1"] }
+)");
+    auto call = [&](const std::string& path, const std::string& body) {
+        auto r = gw.request(Request{"POST", path, {{"Authorization", "Bearer k1"}}, body});
+        EXPECT_EQ(r.status, 200) << path << " " << r.body;
+        return r;
+    };
+    auto series = [&](const std::string& model, const std::string& kind, double answered) {
+        auto text = gw.metrics_after(answered);
+        auto name = R"(tokengate_tokens_total{tenant="acme",model=")" + model + R"(",kind=")" + kind + "\"} ";
+        auto at = text.find(name);
+        return at == std::string::npos ? std::string("absent")
+                                       : text.substr(at + name.size(), text.find('\n', at) - at - name.size());
+    };
+    call("/v1/embeddings", R"({"model":"e5","input":"a b c"})");
+    EXPECT_EQ(series("e5", "prompt", 1), "3");
+    EXPECT_EQ(series("e5", "completion", 1), "absent");
+
+    auto json_reply = call("/v1/responses", R"({"model":"r1","input":"hi","max_output_tokens":3})");
+    EXPECT_NE(json_reply.body.find(R"("output_tokens":3)"), std::string::npos) << json_reply.body;
+    EXPECT_EQ(series("r1", "completion", 2), "3");
+
+    auto stream = call("/v1/responses", R"({"model":"r2","input":"hi","max_output_tokens":2,"stream":true})");
+    EXPECT_NE(stream.body.find("event: response.completed"), std::string::npos) << stream.body;
+    EXPECT_EQ(series("r2", "completion", 3), "2");
+
+    call("/generate", R"({"model":"t1","inputs":"hi","parameters":{"max_new_tokens":3,"details":true}})");
+    EXPECT_EQ(series("t1", "completion", 4), "3");
+    call("/generate_stream", R"({"model":"t2","inputs":"hi","parameters":{"max_new_tokens":2,"details":true}})");
+    EXPECT_EQ(series("t2", "completion", 5), "2");
+    call("/generate_stream", R"({"model":"t3","inputs":"hi","parameters":{"max_new_tokens":4}})");
+    EXPECT_EQ(series("t3", "completion", 6), "4") << "no details: one token an event";
+}
+
+}  // namespace
+}  // namespace tokengate::testing
