@@ -82,6 +82,8 @@ public:
 
     std::string error;
 
+    /// The model's settings found by common(); null if none matched.
+    const config::ModelCost* model() const { return model_ == &k_no_model ? nullptr : model_; }
     bool common();
     bool chat();
     bool completions();
@@ -462,6 +464,8 @@ ParsedBody parse_request_body(std::string_view body, const config::CostConfig& c
     if (!ok) return invalid(reader.error);
     if (!s.output_named) s.output_per_sequence = s.sequences ? cost.default_max_tokens : 0;
     s.max_output_tokens = saturating_product(s.sequences, s.output_per_sequence);
+    out.model = reader.model();
+    apply_model_default(s, out.model);
     return out;
 }
 

@@ -47,6 +47,9 @@ struct ParsedBody {
     BodyError error = BodyError::none;
     std::string message;  // for invalid_json / invalid_body
     RequestSummary summary;
+    /// The body's model's settings, when `models` was given and one matched (its default
+    /// output is already applied).
+    const config::ModelCost* model = nullptr;
 };
 
 class BpeTokenizer;
@@ -54,7 +57,8 @@ class BpeTokenizer;
 /// Validates and summarises a JSON request body sent to `path` (SPEC §11's table). An empty
 /// body is a valid empty request. Input tokens come from `tokenizer` when given, else from
 /// the heuristic. Output without a named limit is `cost.default_max_tokens` per sequence.
-/// `models` prices images and other media by the body's model (else SPEC §11's defaults).
+/// `models` prices images and other media by the body's model (else SPEC §11's defaults) and
+/// gives its default output (apply_model_default).
 ParsedBody parse_request_body(std::string_view body, const config::CostConfig& cost,
                               const BpeTokenizer* tokenizer = nullptr, std::string_view path = {},
                               const std::vector<config::ModelCost>* models = nullptr);

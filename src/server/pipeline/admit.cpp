@@ -30,13 +30,12 @@ std::variant<Admitted, Rejection> admit(const Runtime& runtime, const Incoming& 
         return invalid(http::status::bad_request,
                        parsed.error == cost::BodyError::invalid_json ? "invalid_json" : "invalid_body", parsed.message);
     a.summary = std::move(parsed.summary);
-    const auto* model = cost::find_model(cfg.models, a.summary.model);
-    cost::apply_model_default(a.summary, model);
+    a.cost_factor = parsed.model ? parsed.model->cost_factor : 1.0;
     auto route = classify::match_route(cfg, in.target.path, a.summary.model);
     if (!route) return invalid(http::status::not_found, "not_found", "No route for " + in.target.path + ".");
     a.route = *route;
-    a.reserved = cost::request_cost(cfg.cost, model ? model->cost_factor : 1.0, a.summary.input_tokens,
-                                    a.summary.max_output_tokens, a.summary.stream);
+    a.reserved = cost::request_cost(cfg.cost, a.cost_factor, a.summary.input_tokens, a.summary.max_output_tokens,
+                                    a.summary.stream);
     a.charges =
         classify::applicable_limits(cfg, {a.principal.tenant, in.client_ip, a.route, a.summary.model, a.reserved, {}});
     return a;
