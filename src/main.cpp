@@ -19,6 +19,7 @@
 
 #include "tokengate/config/loader.hpp"
 #include "tokengate/core/sha256.hpp"
+#include "tokengate/cost/tokenizer.hpp"
 #include "tokengate/mock/mock_upstream.hpp"
 #include "tokengate/server/gateway.hpp"
 
@@ -63,6 +64,13 @@ std::shared_ptr<const config::GatewayConfig> load_or_report(const std::string& p
 int check(const std::string& path) {
     auto cfg = load_or_report(path);
     if (!cfg) return 1;
+    std::size_t tokenizers = 0;
+    try {  // a tokenizer file is only known to be good once it is loaded
+        tokenizers = cost::Tokenizers::load(*cfg).files();
+    } catch (const config::ConfigError& e) {
+        std::cerr << e.what() << "\n";
+        return 1;
+    }
     std::size_t limits = cfg->ip_limits.size() + cfg->global_limits.size(), keys = 0;
     for (const auto& r : cfg->routes) limits += r.limits.size();
     for (const auto& t : cfg->tenants) {
@@ -76,6 +84,7 @@ int check(const std::string& path) {
               << "  tiers      " << cfg->tiers.size() << "\n"
               << "  tenants    " << cfg->tenants.size() << " (" << keys << " keys)\n"
               << "  limits     " << limits << "\n"
+              << "  tokenizers " << tokenizers << "\n"
               << "  store      " << (cfg->store.backend == config::StoreBackend::memory ? "memory" : "redis") << "\n";
     return 0;
 }

@@ -340,12 +340,14 @@ struct Loader {
         bool has_default = false;
         min_cost_factor = std::numeric_limits<double>::max();
         for (const auto& kv : n) {
-            r.expect_map(
-                kv.second, "model",
-                {"cost_factor", "max_output_tokens", "image_tokens", "image_default_tokens", "media_default_tokens"});
+            r.expect_map(kv.second, "model",
+                         {"cost_factor", "max_output_tokens", "image_tokens", "image_default_tokens",
+                          "media_default_tokens", "tokenizer", "message_overhead"});
             ModelCost m;
             m.pattern = r.string_of(kv.first, "model name");
             const auto& v = kv.second;
+            if (v["tokenizer"]) m.tokenizer = readable_file(v["tokenizer"], "tokenizer", "tokenizer", m.tokenizer_at);
+            if (v["message_overhead"]) m.message_overhead = r.whole(v["message_overhead"], "message_overhead", 0, 1000);
             if (v["cost_factor"]) m.cost_factor = r.positive(v["cost_factor"], "cost_factor");
             if (v["max_output_tokens"]) m.max_output_tokens = r.whole(v["max_output_tokens"], "max_output_tokens", 1);
             if (v["image_tokens"]) m.image_tokens = image_scheme(v["image_tokens"]);
@@ -358,6 +360,20 @@ struct Loader {
             config.models.push_back(m);
         }
         if (!has_default) min_cost_factor = std::min(min_cost_factor, 1.0);
+    }
+
+    /// A file named by the config: relative to the config file, not the cwd; it must be
+    /// readable now (its contents are checked by whoever loads it, at `at`).
+    std::string readable_file(const YAML::Node& n, std::string_view what, std::string_view kind, KeyPosition& at) {
+        auto path = r.string_of(n, what);
+        if (path.empty()) r.fail(n, std::string(what) + " must name a file");
+        if (path.front() != '/') {
+            auto slash = r.file().rfind('/');
+            if (slash != std::string::npos) path = r.file().substr(0, slash + 1) + path;
+        }
+        if (!std::ifstream(path)) r.fail(n, "cannot read " + std::string(kind) + " file " + path);
+        at = {n.Mark().line + 1, n.Mark().column + 1};
+        return path;
     }
 
     /// `{ tile, per_tile, base }` or `{ patch, max_pixels }`.
@@ -410,13 +426,7 @@ struct Loader {
             } else {
                 r.expect_map(e, "cost.estimator", {"tiktoken", "pattern"});
                 if (!e["tiktoken"]) r.fail(e, "cost.estimator needs 'tiktoken: <path to a .tiktoken file>'");
-                c.tiktoken_path = r.string_of(e["tiktoken"], "cost.estimator.tiktoken");
-                if (c.tiktoken_path.front() != '/') {  // relative to the config file, not the cwd
-                    auto slash = r.file().rfind('/');
-                    if (slash != std::string::npos) c.tiktoken_path = r.file().substr(0, slash + 1) + c.tiktoken_path;
-                }
-                if (!std::ifstream(c.tiktoken_path))
-                    r.fail(e["tiktoken"], "cannot read tiktoken file " + c.tiktoken_path);
+                c.tiktoken_path = readable_file(e["tiktoken"], "cost.estimator.tiktoken", "tiktoken", c.tiktoken_at);
                 if (e["pattern"]) {
                     c.tiktoken_pattern = r.string_of(e["pattern"], "cost.estimator.pattern");
                     if (c.tiktoken_pattern != "cl100k" && c.tiktoken_pattern != "o200k")

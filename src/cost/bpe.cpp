@@ -1,14 +1,14 @@
 #include "tokengate/cost/bpe.hpp"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
 #include <fstream>
 #include <limits>
 #include <stdexcept>
 #include <vector>
 
+#include "bpe_merge.hpp"
+#include "split_regex.hpp"
 #include "tokengate/cost/cost.hpp"
+#include "word_cache.hpp"
 
 namespace tokengate::cost {
 
@@ -19,10 +19,6 @@ constexpr const char* k_cl100k =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* k_o200k =
     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-
-// A piece longer than this is merged in windows: BPE merging is quadratic in the piece, and a
-// request body must not be able to buy seconds of CPU with one 4 MiB "word".
-constexpr std::size_t k_max_piece = 512;
 
 std::string base64_decode(std::string_view in) {
     static const auto table = [] {
@@ -50,11 +46,6 @@ std::string base64_decode(std::string_view in) {
 
 }  // namespace
 
-struct BpeTokenizer::Regex {
-    pcre2_code* code = nullptr;
-    ~Regex() { pcre2_code_free(code); }
-};
-
 BpeTokenizer::~BpeTokenizer() = default;
 
 std::unique_ptr<BpeTokenizer> BpeTokenizer::load(const std::string& path) {
@@ -68,6 +59,7 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::load(const std::string& path, Patter
     if (!in) throw std::runtime_error("cannot open tiktoken file " + path);
     std::unique_ptr<BpeTokenizer> t(new BpeTokenizer());
     t->pattern_ = pattern;
+    t->cache_owner_ = detail::WordCache::new_owner();
     std::string line;
     std::size_t line_no = 0;
     while (std::getline(in, line)) {
@@ -83,76 +75,45 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::load(const std::string& path, Patter
         }
     }
     if (t->ranks_.size() < 256) throw std::runtime_error(path + ": not a tiktoken rank file (under 256 tokens)");
-    int error = 0;
-    PCRE2_SIZE offset = 0;
-    const char* source = pattern == Pattern::o200k ? k_o200k : k_cl100k;
-    t->regex_ = std::make_unique<Regex>();
-    t->regex_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(source), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
-                                    &error, &offset, nullptr);
-    if (!t->regex_->code) throw std::runtime_error("cannot compile the pre-tokenizer pattern");
-    pcre2_jit_compile(t->regex_->code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter
+    for (int b = 0; b < 256; ++b) {
+        auto it = t->ranks_.find(std::string(1, static_cast<char>(b)));
+        if (it == t->ranks_.end()) throw std::runtime_error(path + ": not a byte-level rank file (a byte has no rank)");
+        t->byte_rank_[b] = it->second;
+    }
+    std::string error;
+    t->regex_ = detail::SplitRegex::compile(pattern == Pattern::o200k ? k_o200k : k_cl100k, error);
+    if (!t->regex_) throw std::runtime_error("cannot compile the pre-tokenizer pattern: " + error);
+    t->name_ = std::string("tiktoken ") + (pattern == Pattern::o200k ? "o200k " : "cl100k ") + path;
     return t;
 }
 
-std::uint32_t BpeTokenizer::rank(std::string_view bytes) const {
-    auto it = ranks_.find(bytes);
-    return it == ranks_.end() ? std::numeric_limits<std::uint32_t>::max() : it->second;
+std::uint64_t BpeTokenizer::count_piece(std::string_view piece) const {
+    if (auto cached = detail::WordCache::find(cache_owner_, piece)) return *cached;
+    auto tokens = merge_piece(piece);
+    detail::WordCache::put(cache_owner_, piece, tokens);
+    return tokens;
 }
 
-std::uint64_t BpeTokenizer::count_piece(std::string_view piece) const {
-    if (piece.size() > k_max_piece) {
-        std::uint64_t n = 0;
-        for (std::size_t i = 0; i < piece.size(); i += k_max_piece) n += count_piece(piece.substr(i, k_max_piece));
-        return n;
-    }
+std::uint64_t BpeTokenizer::merge_piece(std::string_view piece) const {
     if (ranks_.find(piece) != ranks_.end()) return 1;
-    // Merge the adjacent pair with the lowest rank until no pair is a token.
-    constexpr auto k_none = std::numeric_limits<std::uint32_t>::max();
-    std::vector<std::size_t> starts(piece.size() + 1);
-    for (std::size_t i = 0; i <= piece.size(); ++i) starts[i] = i;
-    std::vector<std::uint32_t> pair_rank(piece.size());
-    auto rank_at = [&](std::size_t i) {
-        return i + 2 < starts.size() ? rank(piece.substr(starts[i], starts[i + 2] - starts[i])) : k_none;
-    };
-    for (std::size_t i = 0; i + 1 < starts.size(); ++i) pair_rank[i] = rank_at(i);
-    while (starts.size() > 2) {
-        std::size_t best = 0;
-        std::uint32_t best_rank = k_none;
-        for (std::size_t i = 0; i + 2 < starts.size(); ++i)
-            if (pair_rank[i] < best_rank) {
-                best_rank = pair_rank[i];
-                best = i;
-            }
-        if (best_rank == k_none) break;
-        starts.erase(starts.begin() + static_cast<std::ptrdiff_t>(best) + 1);
-        pair_rank.erase(pair_rank.begin() + static_cast<std::ptrdiff_t>(best) + 1);
-        pair_rank[best] = rank_at(best);
-        if (best > 0) pair_rank[best - 1] = rank_at(best - 1);
-    }
-    return starts.size() - 1;
+    thread_local std::vector<detail::Symbol> symbols;
+    symbols.clear();
+    for (std::uint32_t i = 0; i < piece.size(); ++i)
+        symbols.push_back({byte_rank_[static_cast<unsigned char>(piece[i])], i, i + 1});
+    // tiktoken's rule: the pair whose bytes together are the lowest-ranked token merges first.
+    return detail::merge_symbols(symbols, [&](const detail::Symbol& left, const detail::Symbol& right) {
+        auto it = ranks_.find(piece.substr(left.begin, right.end - left.begin));
+        return it == ranks_.end() ? detail::Merge{} : detail::Merge{it->second, it->second};
+    });
 }
 
 std::uint64_t BpeTokenizer::count(std::string_view text) const {
-    auto* match = pcre2_match_data_create_from_pattern(regex_->code, nullptr);
+    thread_local std::vector<detail::Span> pieces;
+    bool valid = regex_->matches(text, pieces);
     std::uint64_t tokens = 0;
-    PCRE2_SIZE start = 0;
-    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-    // The first match validates the UTF-8 of the whole text; the others skip that check,
-    // which would otherwise rescan the text at every match and make counting quadratic.
-    std::uint32_t options = 0;
-    while (start < text.size()) {
-        int rc = pcre2_match(regex_->code, subject, text.size(), start, options, match, nullptr);
-        options = PCRE2_NO_UTF_CHECK;
-        if (rc < 0) {
-            if (rc != PCRE2_ERROR_NOMATCH) tokens += estimate_tokens(text.substr(start));  // e.g. invalid UTF-8
-            break;
-        }
-        auto* ovector = pcre2_get_ovector_pointer(match);
-        if (ovector[1] == ovector[0]) break;
-        tokens += count_piece(text.substr(ovector[0], ovector[1] - ovector[0]));
-        start = ovector[1];
-    }
-    pcre2_match_data_free(match);
+    for (auto p : pieces) tokens += count_piece(text.substr(p.begin, p.end - p.begin));
+    // Past invalid UTF-8 the pattern cannot run: the rest is estimated.
+    if (!valid) tokens += estimate_tokens(text.substr(pieces.empty() ? 0 : pieces.back().end));
     return tokens;
 }
 

@@ -6,9 +6,9 @@
 #include <array>
 #include <optional>
 
-#include "tokengate/cost/bpe.hpp"
 #include "tokengate/cost/cost.hpp"
 #include "tokengate/cost/image.hpp"
+#include "tokengate/cost/tokenizer.hpp"
 
 namespace tokengate::cost {
 
@@ -17,15 +17,14 @@ namespace {
 using simdjson::dom::element;
 using simdjson::dom::element_type;
 
-constexpr std::uint64_t k_tokens_per_message = 4;  // role/name framing, as chat templates add
-constexpr std::uint64_t k_reply_priming = 3;
+constexpr std::uint64_t k_reply_priming = 3;  // the template's opening of the assistant's turn
 
-std::uint64_t count_text(std::string_view text, const BpeTokenizer* tokenizer) {
+std::uint64_t count_text(std::string_view text, const Tokenizer* tokenizer) {
     return tokenizer ? tokenizer->count(text) : estimate_tokens(text);
 }
 
 /// Tokens for every string inside a JSON value (tool schemas, content parts, tool calls).
-std::uint64_t tokens_in(element v, const BpeTokenizer* tokenizer) {
+std::uint64_t tokens_in(element v, const Tokenizer* tokenizer) {
     switch (v.type()) {
         case element_type::STRING: return count_text(std::string_view(v.get_string().value_unsafe()), tokenizer);
         case element_type::OBJECT: {
@@ -76,14 +75,16 @@ std::optional<std::string_view> duplicate_key(simdjson::dom::object object) {
 /// Reads one body into a summary; each step returns false with `error` set on a bad field.
 class BodyReader {
 public:
-    BodyReader(simdjson::dom::object root, const BpeTokenizer* tokenizer, const std::vector<config::ModelCost>* models,
+    BodyReader(simdjson::dom::object root, const Tokenizers* tokenizers, const std::vector<config::ModelCost>* models,
                RequestSummary& summary)
-        : root_(root), tokenizer_(tokenizer), models_(models), s_(summary) {}
+        : root_(root), tokenizers_(tokenizers), models_(models), s_(summary) {}
 
     std::string error;
 
     /// The model's settings found by common(); null if none matched.
     const config::ModelCost* model() const { return model_ == &k_no_model ? nullptr : model_; }
+    /// The tokenizer common() chose for the model; null: the heuristic.
+    const Tokenizer* tokenizer() const { return tokenizer_; }
     bool common();
     bool chat();
     bool completions();
@@ -94,6 +95,19 @@ public:
 
 private:
     bool fail(std::string message) {
+        error = std::move(message);
+        return false;
+    }
+    /// "'key' must ...", built by appending: GCC 12 warns falsely (-Wrestrict, its bug
+    /// 105329) on the chain of operator+ this would otherwise be, once inlined.
+    bool fail_field(std::string_view key, std::string_view must, std::string_view more = {}) {
+        std::string message;
+        message.reserve(key.size() + must.size() + more.size() + 3);
+        message += '\'';
+        message += key;
+        message += "' ";
+        message += must;
+        message += more;
         error = std::move(message);
         return false;
     }
@@ -119,8 +133,14 @@ private:
         if (limit) s_.output_per_sequence = *limit;
     }
 
+    /// Tokens of one prompt as the upstream encodes it alone (`add_special_tokens`: a BOS).
+    std::uint64_t prompt_tokens(std::string_view text) const {
+        return count_text(text, tokenizer_) + (tokenizer_ ? tokenizer_->added_per_sequence() : 0);
+    }
+
     simdjson::dom::object root_;
-    const BpeTokenizer* tokenizer_;
+    const Tokenizers* tokenizers_;
+    const Tokenizer* tokenizer_ = nullptr;
     const std::vector<config::ModelCost>* models_;
     const config::ModelCost* model_ = &k_no_model;
     RequestSummary& s_;
@@ -206,7 +226,7 @@ bool BodyReader::count(simdjson::dom::object o, std::string_view key, std::optio
     if (v.type() == element_type::UINT64) out = v.get_uint64().value_unsafe();
     else if (v.type() == element_type::INT64 && v.get_int64().value_unsafe() >= 0)
         out = static_cast<std::uint64_t>(v.get_int64().value_unsafe());
-    else return fail("'" + std::string(key) + "' must be a non-negative integer");
+    else return fail_field(key, "must be a non-negative integer");
     return true;
 }
 
@@ -215,17 +235,15 @@ bool BodyReader::sequence_count(simdjson::dom::object o, std::string_view key, s
     if (!get(o, key, v)) return true;
     std::int64_t n = 0;
     if (v.get_int64().get(n) != simdjson::SUCCESS || n < 1 || static_cast<std::uint64_t>(n) > k_max_sequences)
-        return fail("'" + std::string(key) + "' must be an integer from 1 to " + std::to_string(k_max_sequences));
+        return fail_field(key, "must be an integer from 1 to ", std::to_string(k_max_sequences));
     out = static_cast<std::uint64_t>(n);
     return true;
 }
 
 bool BodyReader::texts_or_ids(element v, std::string_view key, std::uint64_t& items) {
-    auto bad = [&] {
-        return fail("'" + std::string(key) + "' must be a string, strings, token ids or arrays of them");
-    };
+    auto bad = [&] { return fail_field(key, "must be a string, strings, token ids or arrays of them"); };
     if (v.is_string()) {
-        s_.input_tokens += count_text(std::string_view(v.get_string().value_unsafe()), tokenizer_);
+        s_.input_tokens += prompt_tokens(std::string_view(v.get_string().value_unsafe()));
         items = 1;
         return true;
     }
@@ -235,7 +253,7 @@ bool BodyReader::texts_or_ids(element v, std::string_view key, std::uint64_t& it
     simdjson::dom::array entries = v.get_array().value_unsafe();
     for (element e : entries) {
         if (e.is_string()) {
-            s_.input_tokens += count_text(std::string_view(e.get_string().value_unsafe()), tokenizer_);
+            s_.input_tokens += prompt_tokens(std::string_view(e.get_string().value_unsafe()));
             ++items;
         } else if (is_token_id(e)) {
             s_.input_tokens += 1;  // a pre-tokenized prompt: one token an id
@@ -261,8 +279,13 @@ bool BodyReader::common() {
         if (v.get_string().get(model) != simdjson::SUCCESS) return fail("'model' must be a string");
         s_.model = std::string(model);
     }
+    std::size_t model_index = std::string::npos;
     if (models_)
-        if (const auto* m = find_model(*models_, s_.model)) model_ = m;
+        if (const auto* m = find_model(*models_, s_.model)) {
+            model_ = m;
+            model_index = static_cast<std::size_t>(m - models_->data());
+        }
+    if (tokenizers_) tokenizer_ = tokenizers_->for_model(model_index);
     if (get("stream", v) && v.get_bool().get(s_.stream) != simdjson::SUCCESS) return fail("'stream' must be a boolean");
     if (get("stream_options", v)) {
         simdjson::dom::object options;
@@ -283,7 +306,7 @@ bool BodyReader::chat() {
             simdjson::dom::object message;
             if (m.get_object().get(message) != simdjson::SUCCESS)
                 return fail("each entry of 'messages' must be an object");
-            s_.input_tokens += k_tokens_per_message;
+            s_.input_tokens += model_->message_overhead;
             for (auto it = message.begin(); it != message.end(); ++it)
                 if (it.key() != "role" && !content_tokens(it.value(), s_.input_tokens)) return false;
         }
@@ -291,7 +314,7 @@ bool BodyReader::chat() {
     }
     for (std::string_view key : {"tools", "functions"})
         if (get(key, v)) {
-            if (!v.is_array()) return fail("'" + std::string(key) + "' must be an array");
+            if (!v.is_array()) return fail_field(key, "must be an array");
             s_.input_tokens += tokens_in(v, tokenizer_);
         }
     if (get("response_format", v)) {
@@ -334,7 +357,7 @@ bool BodyReader::strings_or_objects(std::string_view key) {
     element v;
     if (!get(key, v)) return true;
     if (!v.is_string() && !v.is_array() && !v.is_object())
-        return fail("'" + std::string(key) + "' must be a string, an array or an object");
+        return fail_field(key, "must be a string, an array or an object");
     s_.input_tokens += tokens_in(v, tokenizer_);
     return true;
 }
@@ -370,7 +393,7 @@ bool BodyReader::tgi(bool stream_path) {
     element v;
     if (get("inputs", v)) {
         if (!v.is_string()) return fail("'inputs' must be a string");
-        s_.input_tokens += tokens_in(v, tokenizer_);
+        s_.input_tokens += prompt_tokens(std::string_view(v.get_string().value_unsafe()));
     }
     if (stream_path) s_.stream = true;
     if (!get("parameters", v)) return true;
@@ -416,7 +439,7 @@ Endpoint endpoint_for_path(std::string_view path) {
     return Endpoint::unknown;
 }
 
-ParsedBody parse_request_body(std::string_view body, const config::CostConfig& cost, const BpeTokenizer* tokenizer,
+ParsedBody parse_request_body(std::string_view body, const config::CostConfig& cost, const Tokenizers* tokenizers,
                               std::string_view path, const std::vector<config::ModelCost>* models) {
     ParsedBody out;
     auto& s = out.summary;
@@ -450,7 +473,7 @@ ParsedBody parse_request_body(std::string_view body, const config::CostConfig& c
         else if (root.at_key("prompt").get(v) == simdjson::SUCCESS) s.endpoint = Endpoint::completions;
         else if (root.at_key("inputs").get(v) == simdjson::SUCCESS) s.endpoint = Endpoint::tgi;
     }
-    BodyReader reader(root, tokenizer, models, s);
+    BodyReader reader(root, tokenizers, models, s);
     bool ok = reader.common();
     switch (s.endpoint) {
         case Endpoint::chat: ok = ok && reader.chat(); break;
@@ -465,6 +488,7 @@ ParsedBody parse_request_body(std::string_view body, const config::CostConfig& c
     if (!s.output_named) s.output_per_sequence = s.sequences ? cost.default_max_tokens : 0;
     s.max_output_tokens = saturating_product(s.sequences, s.output_per_sequence);
     out.model = reader.model();
+    out.tokenizer = reader.tokenizer();
     apply_model_default(s, out.model);
     return out;
 }

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "tokengate/core/hash.hpp"
+
 namespace tokengate::metrics {
 
 namespace {
@@ -93,20 +95,7 @@ public:
         place(Slot{hash, std::string(key), target});
         ++used_;
     }
-    static std::uint64_t hash(std::string_view key) {
-        std::uint64_t h = 0x9E3779B97F4A7C15ull ^ key.size();
-        std::size_t i = 0;
-        for (; i + 8 <= key.size(); i += 8) {
-            std::uint64_t word;
-            std::memcpy(&word, key.data() + i, 8);
-            h = (h ^ word) * 0xBF58476D1CE4E5B9ull;
-            h ^= h >> 31;
-        }
-        std::uint64_t tail = 0;
-        std::memcpy(&tail, key.data() + i, key.size() - i);
-        h = (h ^ tail) * 0x94D049BB133111EBull;
-        return h ^ (h >> 29);
-    }
+    static std::uint64_t hash(std::string_view key) { return core::hash_bytes(key); }
 
 private:
     struct Slot {

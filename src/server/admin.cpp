@@ -126,7 +126,7 @@ Response explain(Services& services, const Runtime& rt, const pipeline::Admitted
                 {"route", cfg.routes[a.route].path},
                 {"model", a.summary.model},
                 {"endpoint", cost::to_string(a.summary.endpoint)},
-                {"tokenizer", rt.tokenizer ? "tiktoken" : "heuristic"},
+                {"tokenizer", a.tokenizer ? a.tokenizer->name() : std::string("heuristic")},
                 {"input_tokens", a.summary.input_tokens},
                 {"output_tokens", a.summary.max_output_tokens},
                 {"output_tokens_per_sequence", a.summary.output_per_sequence},

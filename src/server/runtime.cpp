@@ -11,18 +11,7 @@ Runtime::Runtime(std::shared_ptr<const config::GatewayConfig> cfg, const Runtime
                 if (previous->config->upstreams[i].name == up.name) kept = previous->health[i];
         health.push_back(kept ? kept : std::make_shared<proxy::UpstreamHealth>());
     }
-    const auto& c = config->cost;
-    if (!c.tiktoken_path.empty()) {
-        const auto& old = previous ? previous->config->cost : c;
-        if (previous && previous->tokenizer && old.tiktoken_path == c.tiktoken_path &&
-            old.tiktoken_pattern == c.tiktoken_pattern)
-            tokenizer = previous->tokenizer;
-        else if (c.tiktoken_pattern.empty()) tokenizer = cost::BpeTokenizer::load(c.tiktoken_path);
-        else
-            tokenizer = cost::BpeTokenizer::load(c.tiktoken_path, c.tiktoken_pattern == "o200k"
-                                                                      ? cost::BpeTokenizer::Pattern::o200k
-                                                                      : cost::BpeTokenizer::Pattern::cl100k);
-    }
+    tokenizers = cost::Tokenizers::load(*config, previous ? &previous->tokenizers : nullptr);
 }
 
 }  // namespace tokengate::server

@@ -403,6 +403,37 @@ TEST(Cli, CheckReportsFileLineAndColumn) {
     EXPECT_NE(out.find(dir + "/bad.yaml:6:31: unknown tier 'nope'"), std::string::npos) << out;
 }
 
+TEST(Cli, CheckLoadsEveryTokenizerAndNamesTheOneItCannot) {
+    TempDir temp;
+    const auto& dir = temp.path();
+    // A tokenizer.json that parses but is not byte-level BPE (a WordPiece model, as BERT's).
+    std::ofstream(dir + "/bert.json") << R"({"model": {"type": "WordPiece", "vocab": {"a": 0}},
+        "pre_tokenizer": {"type": "ByteLevel"}})";
+    std::ofstream(dir + "/broken.json") << R"({"model": {"type": "BPE", "vocab": )";
+    auto config = [&](const std::string& file) {
+        return "upstreams:\n  - { name: up, url: \"http://127.0.0.1:1\" }\n"
+               "routes:\n  - { path: /v1/x, upstreams: [up] }\n"
+               "models:\n  bert: { tokenizer: " +
+               file +
+               " }\n"
+               "tenants:\n  - { id: t, keys: [k] }\n";
+    };
+    for (const auto& [file, says] : {std::pair{"bert.json", "its model is WordPiece, not BPE"},
+                                     std::pair{"broken.json", "cannot read tokenizer"}}) {
+        std::ofstream(dir + "/gw.yaml") << config(file);
+        Process check({TOKENGATE_BINARY, "check", "-c", dir + "/gw.yaml"}, dir + "/out.txt");
+        EXPECT_EQ(check.wait(10s), 1);
+        auto out = read_file(dir + "/out.txt");
+        EXPECT_NE(out.find(dir + "/gw.yaml:6:22: "), std::string::npos) << out;
+        EXPECT_NE(out.find(dir + "/" + file), std::string::npos) << "names the file: " << out;
+        EXPECT_NE(out.find(says), std::string::npos) << out;
+    }
+    // And the gateway refuses to start on it, as check said.
+    Process serve({TOKENGATE_BINARY, "serve", "-c", dir + "/gw.yaml"}, dir + "/serve.txt");
+    EXPECT_EQ(serve.wait(10s), 1);
+    EXPECT_NE(read_file(dir + "/serve.txt").find("cannot read tokenizer"), std::string::npos);
+}
+
 TEST(Cli, HashKeyPrintsSha256Form) {
     TempDir temp;
     const auto& dir = temp.path();

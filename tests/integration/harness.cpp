@@ -6,6 +6,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -131,6 +132,26 @@ bool wait_for_output(Process& process, const std::string& path, const std::strin
         if (process.wait(20ms) != -1) return read_file(path).find(text) != std::string::npos;
     }
     return false;
+}
+
+std::string npm_install_once(const std::string& dir, const std::string& packages, const std::string& installed) {
+    std::filesystem::create_directories(dir);
+    int lock = ::open((dir + "/install.lock").c_str(), O_CREAT | O_RDWR, 0644);
+    ::flock(lock, LOCK_EX);
+    std::string why;
+    if (!std::filesystem::exists(dir + "/node_modules/" + installed)) {
+        if (std::system("command -v npm > /dev/null && command -v node > /dev/null") != 0) {
+            why = "npm or node is not installed";
+        } else {
+            auto cmd = "cd '" + dir + "' && timeout 600 npm install --no-audit --no-fund --silent " + packages +
+                       " > npm.log 2>&1";
+            if (std::system(cmd.c_str()) != 0)
+                why = "the npm registry is unreachable (npm install " + packages + " failed; see " + dir + "/npm.log)";
+        }
+    }
+    ::flock(lock, LOCK_UN);
+    ::close(lock);
+    return why;
 }
 
 std::string read_file(const std::string& path) {

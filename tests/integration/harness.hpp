@@ -37,6 +37,10 @@ private:
 unsigned short free_port();
 bool wait_for_port(unsigned short port, std::chrono::milliseconds timeout = std::chrono::seconds(10));
 std::string read_file(const std::string& path);
+/// Installs npm `packages` into `dir` unless `dir`/node_modules/`installed` is there already;
+/// the processes ctest runs in parallel share it, serialised by a lock. Returns why it could
+/// not (no npm, or the registry unreachable), or "" when the packages are there.
+std::string npm_install_once(const std::string& dir, const std::string& packages, const std::string& installed);
 /// Waits until `process` has written `text` to its output file; false if it exited first or
 /// `timeout` passed.
 bool wait_for_output(Process& process, const std::string& path, const std::string& text,

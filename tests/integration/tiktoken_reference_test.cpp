@@ -4,8 +4,6 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -27,37 +25,18 @@ constexpr const char* k_package = "tiktoken@1.0.22";
 
 int run(const std::string& command) { return std::system(command.c_str()); }
 
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
+std::string slurp(const fs::path& p) { return read_file(p.string()); }
 
 class TiktokenReference : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
-        // ctest runs every test in its own process, in parallel: the npm install is shared and
-        // serialised with a lock; each process writes its rank file and counts in its own folder.
+        // ctest runs every test in its own process, in parallel: each writes its rank file and
+        // counts in its own folder.
         auto shared = fs::path(TOKENGATE_BUILD_DIR) / "tiktoken-reference";
         fs::create_directories(shared);
         dir_ = shared / ("run-" + std::to_string(::getpid()));
         fs::create_directories(dir_);
-        int lock = ::open((shared / "install.lock").c_str(), O_CREAT | O_RDWR, 0644);
-        ::flock(lock, LOCK_EX);
-        if (!fs::exists(shared / "node_modules/tiktoken/package.json")) {
-            if (run("command -v npm > /dev/null && command -v node > /dev/null") != 0) {
-                skip_ = "npm or node is not installed";
-            } else {
-                auto cmd = "cd '" + shared.string() + "' && timeout 300 npm install --no-audit --no-fund --silent " +
-                           k_package + " > npm.log 2>&1";
-                if (run(cmd) != 0)
-                    skip_ = "the npm registry is unreachable (npm install " + std::string(k_package) + " failed; see " +
-                            (shared / "npm.log").string() + ")";
-            }
-        }
-        ::flock(lock, LOCK_UN);
-        ::close(lock);
+        skip_ = npm_install_once(shared.string(), k_package, "tiktoken/package.json");
         if (!skip_.empty()) return;
         pkg_ = (shared / "node_modules/tiktoken").string();
         for (const auto& corpus : {k_repo / "tests/corpus", k_repo / "tests/tiktoken"}) {

@@ -97,8 +97,18 @@ struct ImageScheme {
     std::uint64_t patch = 28, max_pixels = 1003520;       // Qwen-VL style
 };
 
+/// Where a key was written (1-based), for errors found after loading, such as a tokenizer
+/// file that does not parse: "source_path:line:column".
+struct KeyPosition {
+    int line = 1;
+    int column = 1;
+};
+
 struct ModelCost {
     std::string pattern;
+    std::string tokenizer;  // a tokenizer.json or .tiktoken file; empty: cost.estimator counts
+    KeyPosition tokenizer_at;
+    std::uint64_t message_overhead = 4;  // tokens a chat template adds around each message
     double cost_factor = 1.0;
     std::optional<std::uint64_t> max_output_tokens;  // the output a request naming none reserves
     ImageScheme image_tokens;
@@ -116,6 +126,7 @@ struct CostConfig {
     std::uint64_t default_max_tokens = 256;
     std::string tiktoken_path;     // empty = heuristic estimator; else a .tiktoken rank file
     std::string tiktoken_pattern;  // "cl100k" | "o200k" | "" (by vocabulary size)
+    KeyPosition tiktoken_at;
 };
 
 struct TierConfig {

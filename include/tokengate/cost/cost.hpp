@@ -43,6 +43,9 @@ inline constexpr std::uint64_t k_max_sequences = 128;
 
 enum class BodyError { none, invalid_json, invalid_body };
 
+class Tokenizer;
+class Tokenizers;
+
 struct ParsedBody {
     BodyError error = BodyError::none;
     std::string message;  // for invalid_json / invalid_body
@@ -50,17 +53,17 @@ struct ParsedBody {
     /// The body's model's settings, when `models` was given and one matched (its default
     /// output is already applied).
     const config::ModelCost* model = nullptr;
+    /// What counted the input tokens; null: the heuristic.
+    const Tokenizer* tokenizer = nullptr;
 };
 
-class BpeTokenizer;
-
 /// Validates and summarises a JSON request body sent to `path` (SPEC §11's table). An empty
-/// body is a valid empty request. Input tokens come from `tokenizer` when given, else from
-/// the heuristic. Output without a named limit is `cost.default_max_tokens` per sequence.
-/// `models` prices images and other media by the body's model (else SPEC §11's defaults) and
-/// gives its default output (apply_model_default).
+/// body is a valid empty request. Input tokens come from the body's model's tokenizer in
+/// `tokenizers` (else its estimator), else from the heuristic. Output without a named limit is
+/// `cost.default_max_tokens` per sequence. `models` prices images and other media by the body's model (else SPEC §11's
+/// defaults) and gives its default output (apply_model_default).
 ParsedBody parse_request_body(std::string_view body, const config::CostConfig& cost,
-                              const BpeTokenizer* tokenizer = nullptr, std::string_view path = {},
+                              const Tokenizers* tokenizers = nullptr, std::string_view path = {},
                               const std::vector<config::ModelCost>* models = nullptr);
 
 /// The body with `stream_options.include_usage: true` added, so a stream ends with its usage.

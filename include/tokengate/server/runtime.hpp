@@ -6,7 +6,7 @@
 
 #include "tokengate/auth/key_table.hpp"
 #include "tokengate/config/config.hpp"
-#include "tokengate/cost/bpe.hpp"
+#include "tokengate/cost/tokenizer.hpp"
 #include "tokengate/proxy/pool.hpp"
 
 namespace tokengate::server {
@@ -20,8 +20,8 @@ struct Runtime {
     auth::KeyTable keys;
     /// Health per upstream (same index as config->upstreams); kept across reloads by name.
     std::vector<std::shared_ptr<proxy::UpstreamHealth>> health;
-    /// The tiktoken estimator when configured (else the heuristic); shared across reloads.
-    std::shared_ptr<const cost::BpeTokenizer> tokenizer;
+    /// The estimator's and the models' tokenizers; a file unchanged by a reload is kept.
+    cost::Tokenizers tokenizers;
 };
 
 class RuntimeHolder {

@@ -25,12 +25,13 @@ std::variant<Admitted, Rejection> admit(const Runtime& runtime, const Incoming& 
                                       : "Incorrect API key provided.");
     Admitted a;
     a.principal = *who;
-    auto parsed = cost::parse_request_body(in.body, cfg.cost, runtime.tokenizer.get(), in.target.path, &cfg.models);
+    auto parsed = cost::parse_request_body(in.body, cfg.cost, &runtime.tokenizers, in.target.path, &cfg.models);
     if (parsed.error != cost::BodyError::none)
         return invalid(http::status::bad_request,
                        parsed.error == cost::BodyError::invalid_json ? "invalid_json" : "invalid_body", parsed.message);
     a.summary = std::move(parsed.summary);
     a.cost_factor = parsed.model ? parsed.model->cost_factor : 1.0;
+    a.tokenizer = parsed.tokenizer;
     auto route = classify::match_route(cfg, in.target.path, a.summary.model);
     if (!route) return invalid(http::status::not_found, "not_found", "No route for " + in.target.path + ".");
     a.route = *route;

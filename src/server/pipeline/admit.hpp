@@ -20,8 +20,9 @@ struct Admitted {
     auth::Principal principal;  // as authenticated (also in `who`)
     cost::RequestSummary summary;
     std::size_t route = 0;
-    double cost_factor = 1.0;  // the model's, for the reservation and the settlement
-    double reserved = 0;       // the pre-charge: estimated input, max output
+    double cost_factor = 1.0;                    // the model's, for the reservation and the settlement
+    const cost::Tokenizer* tokenizer = nullptr;  // what counted its input; null: the heuristic
+    double reserved = 0;                         // the pre-charge: estimated input, max output
     std::vector<limiter::Charge> charges;
 };
 
