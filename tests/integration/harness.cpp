@@ -350,31 +350,44 @@ GatewayUnderTest::GatewayUnderTest(const std::string& config_body, const std::st
                                    const std::vector<std::string>& launcher)
     : port_(free_port()), mock_port_(free_port()), admin_port_(free_port()) {
     ::setenv("TOKENGATE_TEST_ADMIN_TOKEN", admin_token, 1);
-    mock_.emplace(std::vector<std::string>{gateway_binary(), "mock-upstream", "--port", std::to_string(mock_port_),
-                                           "--tokens-per-s", std::to_string(mock_tokens_per_s)},
-                  dir_.path() + "/mock.log");
+    // A port from free_port() is free only when it is asked for: another test's process (or
+    // its client sockets, from the same ephemeral range) may take it before our process binds
+    // it. Each start waits for its own "listening on <port>" line and, when the bind lost that
+    // race, tries again on fresh ports.
+    auto lost_the_port = [](const std::string& log) { return log.find("Address already in use") != std::string::npos; };
+    for (int attempt = 1;; ++attempt) {
+        mock_.emplace(std::vector<std::string>{gateway_binary(), "mock-upstream", "--port", std::to_string(mock_port_),
+                                               "--tokens-per-s", std::to_string(mock_tokens_per_s)},
+                      dir_.path() + "/mock.log");
+        if (wait_for_output(*mock_, dir_.path() + "/mock.log",
+                            "listening on 127.0.0.1:" + std::to_string(mock_port_) + " "))
+            break;
+        auto log = read_file(dir_.path() + "/mock.log");
+        if (attempt == 5 || !lost_the_port(log)) throw std::runtime_error("mock upstream did not start: " + log);
+        mock_port_ = free_port();
+    }
     std::string dead = "http://127.0.0.1:" + std::to_string(free_port());
-    config_head_ = "server:\n  listen: 127.0.0.1:" + std::to_string(port_) + "\n  threads: 2\n" + server_extra +
-                   "admin:\n  listen: 127.0.0.1:" + std::to_string(admin_port_) +
-                   "\n  token_env: TOKENGATE_TEST_ADMIN_TOKEN\n"
-                   "upstreams:\n"
-                   "  - name: mock\n    url: {UPSTREAM}\n" +
-                   upstream_extra + "  - name: dead\n    url: {DEAD}\n    timeouts: { connect: 1s }\n";
-    replace_all(config_head_, "{UPSTREAM}", "http://127.0.0.1:" + std::to_string(mock_port_));
-    replace_all(config_head_, "{DEAD}", dead);
-    rewrite_config(config_body);
-    // Each waits for its own "listening on <port>" line, not just an open port: a port taken
-    // from free_port() may meanwhile have gone to another test's process.
-    if (!wait_for_output(*mock_, dir_.path() + "/mock.log",
-                         "listening on 127.0.0.1:" + std::to_string(mock_port_) + " "))
-        throw std::runtime_error("mock upstream did not start: " + read_file(dir_.path() + "/mock.log"));
-    std::vector<std::string> command = launcher;
-    for (std::string a : {gateway_binary(), "serve", "-c"}) command.push_back(a);
-    command.push_back(dir_.path() + "/gateway.yaml");
-    gateway_.emplace(command, dir_.path() + "/gateway.log");
-    if (!wait_for_output(*gateway_, dir_.path() + "/gateway.log",
-                         "tokengate listening on 127.0.0.1:" + std::to_string(port_) + "\n"))
-        throw std::runtime_error("gateway did not start: " + log());
+    for (int attempt = 1;; ++attempt) {
+        config_head_ = "server:\n  listen: 127.0.0.1:" + std::to_string(port_) + "\n  threads: 2\n" + server_extra +
+                       "admin:\n  listen: 127.0.0.1:" + std::to_string(admin_port_) +
+                       "\n  token_env: TOKENGATE_TEST_ADMIN_TOKEN\n"
+                       "upstreams:\n"
+                       "  - name: mock\n    url: {UPSTREAM}\n" +
+                       upstream_extra + "  - name: dead\n    url: {DEAD}\n    timeouts: { connect: 1s }\n";
+        replace_all(config_head_, "{UPSTREAM}", "http://127.0.0.1:" + std::to_string(mock_port_));
+        replace_all(config_head_, "{DEAD}", dead);
+        rewrite_config(config_body);
+        std::vector<std::string> command = launcher;
+        for (std::string a : {gateway_binary(), "serve", "-c"}) command.push_back(a);
+        command.push_back(dir_.path() + "/gateway.yaml");
+        gateway_.emplace(command, dir_.path() + "/gateway.log");
+        if (wait_for_output(*gateway_, dir_.path() + "/gateway.log",
+                            "tokengate listening on 127.0.0.1:" + std::to_string(port_) + "\n"))
+            break;
+        if (attempt == 5 || !lost_the_port(log())) throw std::runtime_error("gateway did not start: " + log());
+        port_ = free_port();
+        admin_port_ = free_port();
+    }
 }
 
 bool GatewayUnderTest::log_contains(const std::string& text, std::chrono::milliseconds timeout) const {

@@ -126,6 +126,30 @@ TEST_F(TiktokenReference, TheGatewayPricesPromptsWithTheRankFile) {
     ASSERT_EQ(r.status, 200) << r.body << gw.log();
     // Message framing (4) and reply priming (3) around the content's exact BPE count.
     EXPECT_EQ(json::parse(r.body)["input_tokens"].get<std::uint64_t>(), 4 + reference_[english.string()] + 3);
+    EXPECT_EQ(json::parse(r.body)["tokenizer"], "tiktoken cl100k " + rank_file);
+}
+
+TEST_F(TiktokenReference, AModelCanCountWithARankFileOfItsOwn) {
+    auto rank_file = (dir_ / "cl100k_base.tiktoken").string();
+    GatewayUnderTest gw(
+        "routes:\n  - { path: /v1/completions, upstreams: [mock] }\n"
+        "models:\n  gpt-4: { tokenizer: \"" +
+        rank_file +
+        "\" }\n"
+        "tenants:\n  - { id: acme, keys: [\"k1\"] }\n");
+    auto english = k_repo / "tests/corpus/english.txt";
+    for (const auto& [model, tokenizer] :
+         {std::pair{"gpt-4", "tiktoken cl100k " + rank_file}, std::pair{"llama", std::string("heuristic")}}) {
+        json in = {
+            {"key", "k1"}, {"path", "/v1/completions"}, {"body", {{"model", model}, {"prompt", slurp(english)}}}};
+        auto r = gw.admin(Request{"POST", "/admin/explain", {}, in.dump()});
+        ASSERT_EQ(r.status, 200) << r.body << gw.log();
+        auto out = json::parse(r.body);
+        EXPECT_EQ(out["tokenizer"], tokenizer);
+        if (std::string(model) == "gpt-4") {
+            EXPECT_EQ(out["input_tokens"].get<std::uint64_t>(), reference_[english.string()]) << "no BOS in tiktoken";
+        }
+    }
 }
 
 }  // namespace
