@@ -396,7 +396,9 @@ struct Loader {
     }
 
     void cost(const YAML::Node& n) {
-        r.expect_map(n, "cost", {"input", "output", "rounding", "stream_surcharge", "default_max_tokens", "estimator"});
+        r.expect_map(n, "cost",
+                     {"input", "output", "rounding", "stream_surcharge", "default_max_tokens", "estimator",
+                      "output_estimate", "learned", "cap_output", "min_output", "stop_at_budget"});
         auto& c = config.cost;
         auto per_min = [&](const YAML::Node& b, std::string_view what, double& per, double& min) {
             r.expect_map(b, what, {"per", "min"});
@@ -434,6 +436,33 @@ struct Loader {
                 }
             }
         }
+        if (n["output_estimate"]) {
+            auto s = r.string_of(n["output_estimate"], "cost.output_estimate");
+            if (s == "declared") c.output_estimate = OutputEstimate::declared;
+            else if (s == "learned") c.output_estimate = OutputEstimate::learned;
+            else r.fail(n["output_estimate"], "cost.output_estimate must be declared or learned");
+        }
+        if (const auto& l = n["learned"]) {
+            r.expect_map(l, "cost.learned", {"window", "quantile", "min_samples", "max_series"});
+            auto& learned = c.learned;
+            if (l["window"])
+                learned.window = static_cast<std::uint32_t>(r.whole(l["window"], "cost.learned.window", 1, 10'000));
+            if (l["quantile"]) {
+                learned.quantile = r.number(l["quantile"], "cost.learned.quantile");
+                if (!(learned.quantile > 0 && learned.quantile <= 1))
+                    r.fail(l["quantile"], "cost.learned.quantile must be above 0 and at most 1");
+            }
+            if (l["min_samples"])
+                learned.min_samples =
+                    static_cast<std::uint32_t>(r.whole(l["min_samples"], "cost.learned.min_samples", 1, 10'000));
+            if (learned.min_samples > learned.window)
+                r.fail(l["min_samples"] ? l["min_samples"] : l, "cost.learned.min_samples must not exceed its window");
+            if (l["max_series"])
+                learned.max_series = r.whole(l["max_series"], "cost.learned.max_series", 1, 100'000'000);
+        }
+        if (n["cap_output"]) c.cap_output = r.boolean(n["cap_output"], "cost.cap_output");
+        if (n["min_output"]) c.min_output = r.whole(n["min_output"], "cost.min_output", 1, 1'000'000);
+        if (n["stop_at_budget"]) c.stop_at_budget = r.boolean(n["stop_at_budget"], "cost.stop_at_budget");
         if (c.input_min + c.output_min <= 0) r.fail(n, "cost: input.min + output.min must be greater than 0");
     }
 

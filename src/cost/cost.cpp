@@ -98,6 +98,34 @@ std::string with_stream_usage(std::string_view body, bool has_stream_options) {
     return doc.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+const char* to_string(OutputField field) {
+    switch (field) {
+        case OutputField::max_completion_tokens: return "max_completion_tokens";
+        case OutputField::max_tokens: return "max_tokens";
+        case OutputField::max_output_tokens: return "max_output_tokens";
+        case OutputField::max_new_tokens: return "parameters.max_new_tokens";
+    }
+    return "max_tokens";
+}
+
+std::string with_output_limit(std::string_view body, const RequestSummary& summary, std::uint64_t per_sequence) {
+    // Never throws (data plane); a rare path (a capped request), so a whole parse is fine.
+    json doc = json::parse(body, nullptr, false);
+    if (!doc.is_object()) return std::string(body);
+    auto field = summary.output_named                      ? summary.output_field
+                 : summary.endpoint == Endpoint::tgi       ? OutputField::max_new_tokens
+                 : summary.endpoint == Endpoint::responses ? OutputField::max_output_tokens
+                                                           : OutputField::max_tokens;
+    if (field == OutputField::max_new_tokens) {
+        auto& parameters = doc["parameters"];
+        if (!parameters.is_object()) parameters = json::object();
+        parameters["max_new_tokens"] = per_sequence;
+    } else {
+        doc[to_string(field)] = per_sequence;
+    }
+    return doc.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 const config::ModelCost* find_model(const std::vector<config::ModelCost>& models, std::string_view model) {
     const config::ModelCost* fallback = nullptr;
     for (const auto& m : models) {

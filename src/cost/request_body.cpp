@@ -128,9 +128,10 @@ private:
     bool content_tokens(element v, std::uint64_t& tokens);
     bool media_part(simdjson::dom::object part, std::string_view type, std::uint64_t& tokens, bool& was_media);
     bool image(element url_or_object, std::string_view detail, std::uint64_t& tokens);
-    void name_output(std::optional<std::uint64_t> limit) {
+    void name_output(std::optional<std::uint64_t> limit, OutputField field) {
         s_.output_named = limit.has_value();
         if (limit) s_.output_per_sequence = *limit;
+        s_.output_field = field;
     }
 
     /// Tokens of one prompt as the upstream encodes it alone (`add_special_tokens`: a BOS).
@@ -326,7 +327,9 @@ bool BodyReader::chat() {
         !sequence_count(root_, "n", n))
         return false;
     // vLLM and SGLang take `max_completion_tokens or max_tokens`: a 0 falls through.
-    name_output(max_completion_tokens && *max_completion_tokens > 0 ? max_completion_tokens : max_tokens);
+    if (max_completion_tokens && *max_completion_tokens > 0)
+        name_output(max_completion_tokens, OutputField::max_completion_tokens);
+    else name_output(max_tokens, OutputField::max_tokens);
     s_.sequences = n.value_or(1);
     return true;
 }
@@ -340,7 +343,7 @@ bool BodyReader::completions() {
         !sequence_count(root_, "best_of", best_of))
         return false;
     if (best_of && *best_of < n.value_or(1)) return fail("'best_of' must be at least 'n'");
-    name_output(max_tokens);
+    name_output(max_tokens, OutputField::max_tokens);
     s_.sequences = std::max<std::uint64_t>(prompts, 1) * std::max(n.value_or(1), best_of.value_or(1));
     return true;
 }
@@ -385,7 +388,7 @@ bool BodyReader::responses() {
     }
     std::optional<std::uint64_t> max_output_tokens;
     if (!count(root_, "max_output_tokens", max_output_tokens)) return false;
-    name_output(max_output_tokens);
+    name_output(max_output_tokens, OutputField::max_output_tokens);
     return true;
 }
 
@@ -403,7 +406,7 @@ bool BodyReader::tgi(bool stream_path) {
     std::optional<std::uint64_t> max_new_tokens, best_of;
     if (!count(parameters, "max_new_tokens", max_new_tokens) || !sequence_count(parameters, "best_of", best_of))
         return fail("'parameters." + error.substr(1));
-    name_output(max_new_tokens);
+    name_output(max_new_tokens, OutputField::max_new_tokens);
     s_.sequences = best_of.value_or(1);
     return true;
 }

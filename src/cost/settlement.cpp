@@ -27,6 +27,7 @@ SettledCost settled_cost(const config::CostConfig& config, double cost_factor, c
     if (usage.known) {
         out.prompt_tokens = usage.prompt_known ? usage.prompt_tokens : request.input_tokens;
         out.completion_tokens = usage.completion_tokens;
+        out.usage_reported = true;
     } else if (observed.is_stream() || !end.completed) {
         // No usage (an older TGI, or a stream cut short): the input and what was sent.
         out.prompt_tokens = request.input_tokens;

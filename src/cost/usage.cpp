@@ -1,6 +1,9 @@
 #include "tokengate/cost/usage.hpp"
 
 #include <simdjson.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 
 #include "tokengate/cost/cost.hpp"
 
@@ -160,6 +163,15 @@ std::string_view SseUsageFilter::feed(std::string_view data, bool last) {
             edited = true;
         }
         consumed += event.size();
+        if (streamed_tokens_ > stop_after_) {
+            stopped_ = true;
+            break;
+        }
+    }
+    if (stopped_) {  // the rest of the stream is not the client's any more
+        out_.append(source.substr(copied, consumed - copied));
+        pending_.clear();
+        return out_;
     }
     // An event larger than any real one is passed on unparsed rather than held without bound.
     if (last || source.size() - consumed > max_event_bytes_) consumed = source.size();
@@ -195,6 +207,7 @@ SseUsageFilter::Verdict SseUsageFilter::inspect(std::string_view event) {
             simdjson::dom::object doc;
             if (payload != "[DONE]" &&
                 thread_parser().parse(payload.data(), payload.size()).get_object().get(doc) == simdjson::SUCCESS) {
+                note_dialect(doc);
                 Usage u;
                 bool has_usage = read_usage(doc, u);
                 if (has_usage) usage_ = u;
@@ -209,6 +222,108 @@ SseUsageFilter::Verdict SseUsageFilter::inspect(std::string_view event) {
     }
     if (hide_usage_ && event.find(k_null_usage) != std::string_view::npos) return Verdict::strip_null_usage;
     return Verdict::keep;
+}
+
+}  // namespace tokengate::cost
+
+namespace tokengate::cost {
+
+void SseUsageFilter::note_dialect(simdjson::dom::object doc) {
+    std::string_view text;
+    if (doc["object"].get_string().get(text) == simdjson::SUCCESS) {
+        if (text == "chat.completion.chunk") dialect_ = Dialect::chat;
+        else if (text == "text_completion") dialect_ = Dialect::completion;
+        if (id_.empty() && doc["id"].get_string().get(text) == simdjson::SUCCESS)
+            id_ = std::string(text.substr(0, 256));
+        if (model_.empty() && doc["model"].get_string().get(text) == simdjson::SUCCESS)
+            model_ = std::string(text.substr(0, 256));
+        std::int64_t created = 0;
+        if (doc["created"].get_int64().get(created) == simdjson::SUCCESS) created_ = created;
+        simdjson::dom::array choices;
+        if (doc["choices"].get_array().get(choices) == simdjson::SUCCESS)
+            for (simdjson::dom::element c : choices) {
+                std::uint64_t index = 0;
+                if (c["index"].get_uint64().get(index) == simdjson::SUCCESS && index < 128)
+                    choices_ = std::max(choices_, index + 1);
+            }
+        return;
+    }
+    if (doc["type"].get_string().get(text) == simdjson::SUCCESS && text.rfind("response.", 0) == 0) {
+        dialect_ = Dialect::responses;
+        simdjson::dom::object response;
+        if (id_.empty() && doc["response"].get_object().get(response) == simdjson::SUCCESS) {
+            if (response["id"].get_string().get(text) == simdjson::SUCCESS) id_ = std::string(text.substr(0, 256));
+            if (response["model"].get_string().get(text) == simdjson::SUCCESS)
+                model_ = std::string(text.substr(0, 256));
+        }
+        return;
+    }
+    simdjson::dom::object token;
+    if (doc["token"].get_object().get(token) == simdjson::SUCCESS) {
+        dialect_ = Dialect::tgi;
+        ++tgi_index_;
+    }
+}
+
+std::string SseUsageFilter::final_events(bool client_wants_usage, std::uint64_t prompt_tokens) const {
+    using nlohmann::json;
+    auto completion = streamed_tokens_;
+    std::string out;
+    auto data = [&](const json& event) {
+        out += "data: " + event.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+    };
+    switch (dialect_) {
+        case Dialect::chat:
+        case Dialect::completion: {
+            bool chat = dialect_ == Dialect::chat;
+            json base = {{"id", id_},
+                         {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                         {"created", created_},
+                         {"model", model_}};
+            json choices = json::array();
+            for (std::uint64_t i = 0; i < choices_; ++i) {
+                json choice = {{"index", i}, {"finish_reason", "length"}};
+                if (chat) choice["delta"] = json::object();
+                else choice["text"] = "";
+                choices.push_back(std::move(choice));
+            }
+            json last = base;
+            last["choices"] = std::move(choices);
+            data(last);
+            if (client_wants_usage) {
+                json usage = base;
+                usage["choices"] = json::array();
+                usage["usage"] = {{"prompt_tokens", prompt_tokens},
+                                  {"completion_tokens", completion},
+                                  {"total_tokens", prompt_tokens + completion}};
+                data(usage);
+            }
+            out += "data: [DONE]\n\n";
+            break;
+        }
+        case Dialect::responses: {
+            json response = {{"id", id_},
+                             {"object", "response"},
+                             {"status", "incomplete"},
+                             {"incomplete_details", {{"reason", "max_output_tokens"}}},
+                             {"model", model_},
+                             {"usage",
+                              {{"input_tokens", prompt_tokens},
+                               {"output_tokens", completion},
+                               {"total_tokens", prompt_tokens + completion}}}};
+            out += "event: response.incomplete\n";
+            data({{"type", "response.incomplete"}, {"response", std::move(response)}});
+            break;
+        }
+        case Dialect::tgi:
+            data({{"index", tgi_index_},
+                  {"token", {{"id", 0}, {"text", ""}, {"logprob", 0.0}, {"special", true}}},
+                  {"generated_text", ""},
+                  {"details", {{"finish_reason", "length"}, {"generated_tokens", completion}, {"seed", nullptr}}}});
+            break;
+        case Dialect::unknown: out += "data: [DONE]\n\n"; break;
+    }
+    return out;
 }
 
 }  // namespace tokengate::cost

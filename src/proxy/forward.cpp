@@ -123,6 +123,7 @@ net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& heal
     bool client_failed = relayed.client_failed;
     result.body_bytes = relayed.body_bytes;
     result.response_started = head_sent;
+    result.stopped = relayed.stopped;
 
     watch.active = nullptr;
     if (upstream_failed && !watch.client_gone) {

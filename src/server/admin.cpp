@@ -80,7 +80,8 @@ Response tenant_state(const config::TenantConfig& tenant, const limiter::Decisio
 }
 
 /// POST /admin/explain's input, admitted (nothing charged), or the error to answer.
-std::variant<pipeline::Admitted, Response> explain_admission(const Runtime& rt, const std::string& body) {
+std::variant<pipeline::Admitted, Response> explain_admission(const Runtime& rt, const cost::OutputHistory& history,
+                                                             const std::string& body) {
     json in = json::parse(body, nullptr, false);
     if (!in.is_object() || !in.contains("key") || !in["key"].is_string())
         return admin_error(http::status::bad_request, "invalid_body",
@@ -99,7 +100,7 @@ std::variant<pipeline::Admitted, Response> explain_admission(const Runtime& rt, 
     auto key = in["key"].get<std::string>();
     std::optional<auth::Principal> who;
     // The data plane's own admission: a refusal there is this call's 400, with the same code.
-    auto admitted = pipeline::admit(rt, {key, target, *client_ip, request_body}, who);
+    auto admitted = pipeline::admit(rt, {key, target, *client_ip, request_body}, history, who);
     if (auto* no = std::get_if<pipeline::Rejection>(&admitted))
         return admin_error(http::status::bad_request, no->code, no->message);
     return std::get<pipeline::Admitted>(std::move(admitted));
@@ -122,22 +123,25 @@ Response explain(Services& services, const Runtime& rt, const pipeline::Admitted
     json headers = json::object();
     for (const auto& h : limiter::rate_limit_headers(decision, services.clock.unix_now())) headers[h.name] = h.value;
     const auto& cfg = *rt.config;
-    json out = {{"tenant", cfg.tenants[a.principal.tenant].id},
-                {"route", cfg.routes[a.route].path},
-                {"model", a.summary.model},
-                {"endpoint", cost::to_string(a.summary.endpoint)},
-                {"tokenizer", a.tokenizer ? a.tokenizer->name() : std::string("heuristic")},
-                {"input_tokens", a.summary.input_tokens},
-                {"output_tokens", a.summary.max_output_tokens},
-                {"output_tokens_per_sequence", a.summary.output_per_sequence},
-                {"sequences", a.summary.sequences},
-                {"images", a.summary.images},
-                {"max_output_tokens", a.summary.max_output_tokens},
-                {"stream", a.summary.stream},
-                {"cost", a.reserved},
-                {"allowed", decision.allowed},
-                {"limits", limits},
-                {"headers", headers}};
+    json out = {
+        {"tenant", cfg.tenants[a.principal.tenant].id},
+        {"route", cfg.routes[a.route].path},
+        {"model", a.summary.model},
+        {"endpoint", cost::to_string(a.summary.endpoint)},
+        {"tokenizer", a.tokenizer ? a.tokenizer->name() : std::string("heuristic")},
+        {"input_tokens", a.summary.input_tokens},
+        {"output_tokens", a.output.tokens},
+        {"output_tokens_per_sequence", a.output.per_sequence},
+        {"output_estimate",
+         {{"source", a.output.learned ? "learned" : "declared"}, {"samples", a.output.samples}, {"why", a.output.why}}},
+        {"sequences", a.summary.sequences},
+        {"images", a.summary.images},
+        {"max_output_tokens", a.summary.max_output_tokens},
+        {"stream", a.summary.stream},
+        {"cost", a.reserved},
+        {"allowed", decision.allowed},
+        {"limits", limits},
+        {"headers", headers}};
     if (!decision.allowed) {
         auto why = limiter::describe_rejection(decision, a.charges);
         out["rejection"] = {{"type", why.type}, {"code", why.code}, {"message", why.message}};
@@ -190,7 +194,7 @@ net::awaitable<Response> handle(Services& services, const http::request<http::st
         co_return json_response(http::status::unprocessable_entity, {{"reloaded", false}, {"error", error}});
     }
     if (req.method() == http::verb::post && path == "/admin/explain") {
-        auto admitted = explain_admission(*rt, req.body());
+        auto admitted = explain_admission(*rt, services.output_history, req.body());
         if (auto* error = std::get_if<Response>(&admitted)) co_return std::move(*error);
         const auto& a = std::get<pipeline::Admitted>(admitted);
         co_return explain(services, *rt, a, co_await pipeline::preview(*services.store, a.charges));

@@ -35,7 +35,12 @@ GatewayMetrics::GatewayMetrics(metrics::Registry& r)
       remaining_ratio(r.gauge("tokengate_limit_remaining_ratio",
                               "Remaining / capacity of a tenant limit after its latest decision.",
                               {"tenant", "limit"})),
-      config_reloads(r.counter("tokengate_config_reloads_total", "Configuration reloads.", {"result"})) {
+      config_reloads(r.counter("tokengate_config_reloads_total", "Configuration reloads.", {"result"})),
+      output_capped(r.counter("tokengate_output_capped_total",
+                              "Requests admitted with a lowered output limit instead of a 429 (cost.cap_output).",
+                              {"tenant"})),
+      streams_stopped(r.counter("tokengate_streams_stopped_total",
+                                "Streams ended at the tenant's budget (cost.stop_at_budget).", {"tenant"})) {
     // The model label is the client's string: per tenant, the first 64 models get series of
     // their own, later ones share "_other".
     tokens.limit_values_per(0, 1, 64);

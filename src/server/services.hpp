@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "tokengate/core/clock.hpp"
+#include "tokengate/cost/output_history.hpp"
 #include "tokengate/metrics/registry.hpp"
 #include "tokengate/proxy/pool.hpp"
 #include "tokengate/server/runtime.hpp"
@@ -46,6 +47,8 @@ struct GatewayMetrics {
     metrics::Family& inflight;
     metrics::Family& remaining_ratio;
     metrics::Family& config_reloads;
+    metrics::Family& output_capped;
+    metrics::Family& streams_stopped;
 };
 
 /// Shared by every worker thread.
@@ -63,6 +66,7 @@ struct Services {
     std::atomic<std::uint64_t> open_connections{0};
     metrics::Registry registry;
     GatewayMetrics metrics;
+    cost::OutputHistory output_history;  // settled output per (tenant, model), across reloads
     // Last, so it goes first: a store that reports to the metrics never outlives them.
     std::unique_ptr<store::Store> store;  // built by make_store once the event loops exist
 };

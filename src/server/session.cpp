@@ -7,6 +7,7 @@
 
 #include "linger.hpp"
 #include "pipeline/admit.hpp"
+#include "pipeline/budget.hpp"
 #include "pipeline/exchange.hpp"
 #include "pipeline/limit.hpp"
 #include "pipeline/record.hpp"
@@ -184,15 +185,15 @@ private:
         auto admission = pipeline::admit(
             *rt,
             {auth::extract_key(req[http::field::authorization], req["x-api-key"]), target, rec.client_ip, req.body()},
-            who);
+            services_.output_history, who);
         if (who) rec.tenant = cfg.tenants[who->tenant].id, rec.key_id = who->key_id;
         if (auto* no = std::get_if<pipeline::Rejection>(&admission)) co_return co_await refuse(*no, rec, reply);
-        const auto& admitted = std::get<pipeline::Admitted>(admission);
+        auto& admitted = std::get<pipeline::Admitted>(admission);
         rec.model = admitted.summary.model;
         rec.route = cfg.routes[admitted.route].path;
 
-        auto limited =
-            co_await pipeline::limit(*services_.store, admitted, rec.tenant, services_.metrics, services_.clock);
+        auto limited = co_await pipeline::limit(*services_.store, admitted, cfg.cost, rec.tenant, services_.metrics,
+                                                services_.clock);
         if (auto* no = std::get_if<pipeline::Rejection>(&limited)) co_return co_await refuse(*no, rec, reply);
         auto& permit = std::get<pipeline::Permit>(limited);
         rec.cost_reserved = admitted.reserved;
@@ -208,11 +209,14 @@ private:
         proxy::ClientOrigin origin{peer_, rec.client_ip, proxy::is_trusted_proxy(cfg.server.trusted_proxies, peer_),
                                    rec.request_id};
         proxy::ClientSide client{stream_, reply.keep_alive, reply.version, req.method() == http::verb::head};
-        auto done = co_await pipeline::exchange(worker_,
-                                                {*rt, admitted, req, target, origin, permit.headers(), client, watch_});
+        auto budget = pipeline::stream_budget(cfg.cost, admitted, permit.decision());
+        auto done = co_await pipeline::exchange(
+            worker_, {*rt, admitted, req, target, origin, permit.headers(), client, watch_, budget});
+        if (done.stopped) services_.metrics.streams_stopped.add({rec.tenant});
         co_await stop_watching();
 
         permit.settle(done.settled.cost);
+        pipeline::learn(cfg.cost, services_.output_history, rec.tenant, admitted.summary, done.status, done.settled);
         rec.upstream = std::string(done.upstream);
         rec.first_byte = done.first_byte;
         rec.cost_settled = done.settled.cost;

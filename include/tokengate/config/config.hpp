@@ -116,6 +116,17 @@ struct ModelCost {
     std::uint64_t media_default_tokens = 1000;  // each audio, video or file part
 };
 
+/// SPEC §12: where the output reservation comes from.
+enum class OutputEstimate { declared, learned };
+
+/// `cost.learned`: the window of settlements kept per (tenant, model), and its quantile.
+struct LearnedEstimate {
+    std::uint32_t window = 200;
+    double quantile = 0.95;
+    std::uint32_t min_samples = 20;
+    std::size_t max_series = 100'000;  // (tenant, model) series kept; the least recent go first
+};
+
 struct CostConfig {
     double input_per = 100;
     double input_min = 1;
@@ -127,6 +138,11 @@ struct CostConfig {
     std::string tiktoken_path;     // empty = heuristic estimator; else a .tiktoken rank file
     std::string tiktoken_pattern;  // "cl100k" | "o200k" | "" (by vocabulary size)
     KeyPosition tiktoken_at;
+    OutputEstimate output_estimate = OutputEstimate::declared;
+    LearnedEstimate learned;
+    bool cap_output = false;        // lower the output field instead of refusing (SPEC §12)
+    std::uint64_t min_output = 16;  // the least output a capped request keeps
+    bool stop_at_budget = false;    // end a stream that runs past the budget
 };
 
 struct TierConfig {

@@ -17,6 +17,11 @@ const char* to_string(Endpoint endpoint);
 /// unknown.
 Endpoint endpoint_for_path(std::string_view path);
 
+/// The body field that bounds a request's output: the one it priced, or for a request that
+/// names none, the one its endpoint reads (`parameters.max_new_tokens` for TGI).
+enum class OutputField { max_completion_tokens, max_tokens, max_output_tokens, max_new_tokens };
+const char* to_string(OutputField field);
+
 /// What the gateway needs to know about a request body to price it.
 struct RequestSummary {
     Endpoint endpoint = Endpoint::unknown;
@@ -28,7 +33,8 @@ struct RequestSummary {
     /// The output limit the request names (max_completion_tokens, max_tokens,
     /// max_output_tokens, parameters.max_new_tokens), else the default.
     std::uint64_t output_per_sequence = 0;
-    bool output_named = false;            // the body named its limit: no model default replaces it
+    bool output_named = false;  // the body named its limit: no model default replaces it
+    OutputField output_field = OutputField::max_tokens;
     std::uint64_t sequences = 1;          // n, prompts × max(n, best_of), TGI's best_of; 0: no output
     std::uint64_t max_output_tokens = 0;  // sequences × output_per_sequence, saturated
     std::uint64_t images = 0;             // image parts priced (their tokens are in input_tokens)
@@ -68,6 +74,10 @@ ParsedBody parse_request_body(std::string_view body, const config::CostConfig& c
 
 /// The body with `stream_options.include_usage: true` added, so a stream ends with its usage.
 std::string with_stream_usage(std::string_view body, bool has_stream_options);
+
+/// The body with its output field (`summary.output_field`) set to `per_sequence`: SPEC §12's
+/// cap_output. The body was validated by parse_request_body.
+std::string with_output_limit(std::string_view body, const RequestSummary& summary, std::uint64_t per_sequence);
 
 /// Heuristic token count: about one token per CJK character, about four bytes per token else.
 std::uint64_t estimate_tokens(std::string_view text);

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "tokengate/config/config.hpp"
@@ -23,6 +24,14 @@ public:
     /// What the upstream reported; a JSON body's only once it was read whole.
     Usage usage(bool completed) const;
     std::uint64_t streamed_tokens() const { return sse_ ? sse_->streamed_tokens() : 0; }
+    /// stop_at_budget, for a stream (see SseUsageFilter::stop_after); a JSON body is not stopped.
+    void stop_after(std::uint64_t tokens) {
+        if (sse_) sse_->stop_after(tokens);
+    }
+    bool stopped() const { return sse_ && sse_->stopped(); }
+    std::string final_events(bool client_wants_usage, std::uint64_t prompt_tokens) const {
+        return sse_ ? sse_->final_events(client_wants_usage, prompt_tokens) : std::string();
+    }
 
 private:
     std::optional<SseUsageFilter> sse_;
@@ -40,6 +49,7 @@ struct SettledCost {
     double cost = 0;
     std::uint64_t prompt_tokens = 0;
     std::uint64_t completion_tokens = 0;
+    bool usage_reported = false;  // the counts are the upstream's own, not estimates
 };
 
 /// SPEC §5 and §10's settlement rule: an upstream that failed before any response refunds

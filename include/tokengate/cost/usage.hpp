@@ -4,6 +4,10 @@
 #include <string>
 #include <string_view>
 
+namespace simdjson::dom {
+class object;
+}
+
 namespace tokengate::cost {
 
 /// Token counts an upstream reported: OpenAI's `usage` (prompt/completion tokens), the
@@ -46,7 +50,20 @@ public:
     std::uint64_t streamed_tokens() const { return streamed_tokens_; }
     bool saw_output() const { return streamed_tokens_ > 0 || usage_.completion_tokens > 0; }
 
+    /// SPEC §12's stop_at_budget: once the streamed text passes `tokens`, the event that passed
+    /// it is the last one forwarded; everything after it is dropped.
+    void stop_after(std::uint64_t tokens) { stop_after_ = tokens; }
+    bool stopped() const { return stopped_; }
+    /// The events that end a stopped stream cleanly in its own dialect: a final chunk per
+    /// choice with `finish_reason: "length"`, the usage chunk when the client asked for usage
+    /// (the relayed count), then `data: [DONE]` (chat, completions); `response.incomplete`
+    /// (the Responses API); a last token with its details (TGI).
+    std::string final_events(bool client_wants_usage, std::uint64_t prompt_tokens) const;
+
 private:
+    enum class Dialect { unknown, chat, completion, responses, tgi };
+    /// Notes what the stream is and its identity, for final_events.
+    void note_dialect(simdjson::dom::object doc);
     enum class Verdict { keep, drop, strip_null_usage };
     /// Inspects one complete event: reads its usage and text, and says what to forward.
     Verdict inspect(std::string_view event);
@@ -58,6 +75,13 @@ private:
     std::string out_;
     Usage usage_;
     std::uint64_t streamed_tokens_ = 0;
+    std::uint64_t stop_after_ = UINT64_MAX;
+    bool stopped_ = false;
+    Dialect dialect_ = Dialect::unknown;
+    std::string id_, model_;
+    std::int64_t created_ = 0;
+    std::uint64_t choices_ = 1;  // the highest choice index seen, plus one
+    std::uint64_t tgi_index_ = 0;
 };
 
 }  // namespace tokengate::cost

@@ -35,6 +35,7 @@ struct ForwardResult {
     ForwardOutcome outcome = ForwardOutcome::upstream_unavailable;
     unsigned status = 0;  // the upstream's status, once a response started
     bool response_started = false;
+    bool stopped = false;  // the gateway ended the response (ForwardHooks::stop); the upstream was cut off
     std::uint64_t body_bytes = 0;
     core::Nanos first_byte_at = 0;  // clock time the upstream's response head arrived
 };

@@ -37,6 +37,10 @@ struct ForwardHooks {
     /// back a partial event or drop one). The view must stay valid until the next call. `last`
     /// comes with the final piece. Only a response without Content-Length may change size.
     std::function<std::string_view(std::string_view data, bool last)> on_chunk;
+    /// Asked after each piece went to the client: bytes to end the response with now (the
+    /// upstream's rest is not read; its connection is dropped, which cancels its request), or
+    /// nothing to go on.
+    std::function<std::string_view()> stop;
 };
 
 struct RelayOptions {
@@ -52,6 +56,7 @@ struct Relayed {
     bool head_sent = false;
     bool upstream_failed = false;  // bad bytes, a reset or a timeout from the upstream
     bool client_failed = false;    // a write to the client failed
+    bool stopped = false;          // `stop` ended the response before the upstream did
     std::uint64_t body_bytes = 0;
 };
 
@@ -150,6 +155,13 @@ net::awaitable<Relayed> relay(Upstream& upstream, beast::flat_buffer& buffer,
             out.upstream_failed = true;
             break;
         }
+        if (!last && !out.client_failed && hooks.stop)
+            if (auto tail = hooks.stop(); !tail.empty()) {
+                auto [sec, sn] = co_await send(tail, true);
+                out.client_failed = static_cast<bool>(sec);
+                out.stopped = true;
+                break;
+            }
     }
     if (!out.head_sent && !out.upstream_failed && !out.client_failed) {  // a response without a body
         auto [ec, n] = co_await send({}, true);

@@ -12,7 +12,7 @@ Rejection invalid(http::status status, std::string_view code, std::string messag
 
 }  // namespace
 
-std::variant<Admitted, Rejection> admit(const Runtime& runtime, const Incoming& in,
+std::variant<Admitted, Rejection> admit(const Runtime& runtime, const Incoming& in, const cost::OutputHistory& history,
                                         std::optional<auth::Principal>& who) {
     const auto& cfg = *runtime.config;
     if (!in.target.ok)
@@ -35,8 +35,8 @@ std::variant<Admitted, Rejection> admit(const Runtime& runtime, const Incoming& 
     auto route = classify::match_route(cfg, in.target.path, a.summary.model);
     if (!route) return invalid(http::status::not_found, "not_found", "No route for " + in.target.path + ".");
     a.route = *route;
-    a.reserved = cost::request_cost(cfg.cost, a.cost_factor, a.summary.input_tokens, a.summary.max_output_tokens,
-                                    a.summary.stream);
+    a.output = estimate_output(cfg.cost, history, cfg.tenants[a.principal.tenant].id, a.summary);
+    a.reserved = cost::request_cost(cfg.cost, a.cost_factor, a.summary.input_tokens, a.output.tokens, a.summary.stream);
     a.charges =
         classify::applicable_limits(cfg, {a.principal.tenant, in.client_ip, a.route, a.summary.model, a.reserved, {}});
     return a;

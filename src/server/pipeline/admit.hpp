@@ -7,6 +7,7 @@
 #include <variant>
 #include <vector>
 
+#include "estimate.hpp"
 #include "rejection.hpp"
 #include "tokengate/auth/key_table.hpp"
 #include "tokengate/cost/cost.hpp"
@@ -22,7 +23,8 @@ struct Admitted {
     std::size_t route = 0;
     double cost_factor = 1.0;                    // the model's, for the reservation and the settlement
     const cost::Tokenizer* tokenizer = nullptr;  // what counted its input; null: the heuristic
-    double reserved = 0;                         // the pre-charge: estimated input, max output
+    OutputReservation output;                    // the output the pre-charge holds (SPEC §12)
+    double reserved = 0;                         // the pre-charge: estimated input, reserved output
     std::vector<limiter::Charge> charges;
 };
 
@@ -34,11 +36,12 @@ struct Incoming {
     std::string_view body;
 };
 
-/// Target → key → body → route → price → every applicable limit (SPEC §1 steps 2–5).
+/// Target → key → body → route → output estimate → price → every applicable limit (SPEC §1
+/// steps 2–5, §12).
 /// A refusal is 400 invalid_path, 401 invalid_api_key, 400 invalid_json / invalid_body or
 /// 404 not_found. `who` is set as soon as the key is known, so a later refusal is still
 /// logged under its tenant.
-std::variant<Admitted, Rejection> admit(const Runtime& runtime, const Incoming& in,
+std::variant<Admitted, Rejection> admit(const Runtime& runtime, const Incoming& in, const cost::OutputHistory& history,
                                         std::optional<auth::Principal>& who);
 
 }  // namespace tokengate::server::pipeline

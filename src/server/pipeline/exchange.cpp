@@ -73,6 +73,7 @@ net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
     bool usage_injected = summary.stream && summary.injects_stream_usage() && !summary.client_wants_usage;
     auto body = usage_injected ? cost::with_stream_usage(in.request.body(), summary.has_stream_options)
                                : std::move(in.request.body());
+    if (in.admitted.output.capped) body = cost::with_output_limit(body, summary, in.admitted.output.per_sequence);
     auto up = proxy::make_upstream_request(in.request.base(), in.target, upstream, in.origin, std::move(body));
 
     cost::ResponseUsage observed;
@@ -81,9 +82,17 @@ net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
         for (const auto& f : in.headers) proxy::wire::field(head, f.name, f.value);
         proxy::wire::field(head, "X-Request-Id", in.origin.request_id);
         observed.start(h[http::field::content_type], !h[http::field::content_length].empty(), usage_injected);
+        if (in.stop_after) observed.stop_after(*in.stop_after);
     };
     hooks.replaced = replaced_in_response;
     hooks.on_chunk = [&](std::string_view data, bool last) { return observed.feed(data, last); };
+    std::string final_events;
+    if (in.stop_after)
+        hooks.stop = [&]() -> std::string_view {
+            if (!observed.stopped()) return {};
+            final_events = observed.final_events(summary.client_wants_usage, summary.input_tokens);
+            return final_events;
+        };
 
     auto started = clock.now();
     services.metrics.inflight.add({upstream.name}, 1);
@@ -96,6 +105,7 @@ net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
                                                static_cast<double>(result.first_byte_at - started) / 1e9);
     auto out = conclude(in, result, observed);
     out.upstream = upstream.name;
+    out.stopped = result.stopped;
     co_return out;
 }
 

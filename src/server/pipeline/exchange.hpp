@@ -35,6 +35,7 @@ struct ExchangeRequest {
     const std::vector<limiter::HeaderField>& headers;  // added to the client's response head
     proxy::ClientSide client;
     proxy::ExchangeWatch& watch;
+    std::optional<std::uint64_t> stop_after;  // stop_at_budget: the output tokens the stream may relay
 };
 
 struct Exchanged {
@@ -44,6 +45,7 @@ struct Exchanged {
     core::Nanos first_byte = -1;
     std::string_view upstream;           // its name; empty if none was available
     std::optional<Rejection> rejection;  // 502 / 504 to answer: nothing reached the client yet
+    bool stopped = false;                // ended at the budget (stop_at_budget)
 };
 
 net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in);

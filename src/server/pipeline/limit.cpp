@@ -1,6 +1,7 @@
 #include "limit.hpp"
 
 #include "../services.hpp"
+#include "cap.hpp"
 #include "tokengate/limiter/headers.hpp"
 
 namespace tokengate::server::pipeline {
@@ -79,14 +80,27 @@ net::awaitable<bool> Permit::wait_turn(const core::Clock& clock, std::span<const
     co_return started;
 }
 
-net::awaitable<std::variant<Permit, Rejection>> limit(store::Store& store, const Admitted& admitted,
-                                                      std::string_view tenant, GatewayMetrics& metrics,
-                                                      const core::Clock& clock) {
+net::awaitable<std::variant<Permit, Rejection>> limit(store::Store& store, Admitted& admitted,
+                                                      const config::CostConfig& cost, std::string_view tenant,
+                                                      GatewayMetrics& metrics, const core::Clock& clock) {
     auto decision = co_await store.decide(admitted.charges);
     if (decision.unavailable) co_return store_unavailable();
+    if (!decision.allowed && cost.cap_output)
+        if (auto capped = cap_output(cost, admitted, decision)) {
+            // A shorter answer instead of a 429: decided again (the buckets may have moved).
+            auto again = co_await store.decide(capped->charges);
+            if (again.unavailable) co_return store_unavailable();
+            if (again.allowed) {
+                admitted = std::move(*capped);
+                metrics.output_capped.add({tenant});
+            }
+            decision = std::move(again);
+        }
     auto headers = limiter::rate_limit_headers(decision, clock.unix_now());
     observe(decision, tenant, metrics);
     if (!decision.allowed) co_return refused(decision, admitted.charges, std::move(headers));
+    if (admitted.output.capped)
+        headers.push_back({"x-tokengate-output-capped", std::to_string(admitted.output.per_sequence)});
     metrics.admitted.add({tenant});
     Permit permit(std::move(decision), admitted.charges, admitted.reserved, metrics.settled, tenant);
     permit.set_headers(std::move(headers));

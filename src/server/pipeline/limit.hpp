@@ -57,10 +57,12 @@ private:
 };
 
 /// Decides and charges. Refusals: 429 (the limit's rejection, with its headers) or 503
-/// rate_limiter_unavailable when a shared store is down under fail_closed.
-net::awaitable<std::variant<Permit, Rejection>> limit(store::Store& store, const Admitted& admitted,
-                                                      std::string_view tenant, GatewayMetrics& metrics,
-                                                      const core::Clock& clock);
+/// rate_limiter_unavailable when a shared store is down under fail_closed. With
+/// cost.cap_output, a request that only cost buckets refuse is capped (cap.hpp) and decided
+/// again; `admitted` then holds the capped admission.
+net::awaitable<std::variant<Permit, Rejection>> limit(store::Store& store, Admitted& admitted,
+                                                      const config::CostConfig& cost, std::string_view tenant,
+                                                      GatewayMetrics& metrics, const core::Clock& clock);
 
 /// The same decision, charging nothing (POST /admin/explain, GET /admin/tenants/<id>).
 net::awaitable<limiter::Decision> preview(store::Store& store, std::span<const limiter::Charge> charges);

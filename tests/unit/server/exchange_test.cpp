@@ -74,7 +74,8 @@ struct Exchange {
         const auto& rt = *services->runtime.get();
         auto target = proxy::normalize_target("/v1/chat/completions");
         std::optional<auth::Principal> who;
-        auto admitted = std::get<Admitted>(admit(rt, {"k1", target, "10.0.0.1", k_body}, who));
+        auto admitted =
+            std::get<Admitted>(admit(rt, {"k1", target, "10.0.0.1", k_body}, services->output_history, who));
         http::request<http::string_body> req{http::verb::post, "/v1/chat/completions", 11};
         req.set(http::field::host, "gateway");
         req.set(http::field::authorization, "Bearer k1");
@@ -90,7 +91,8 @@ struct Exchange {
                                               {"10.0.0.1", "10.0.0.1", false, "req-1"},
                                               headers,
                                               {*gateway_end, true, 11, false},
-                                              watch});
+                                              watch,
+                                              std::nullopt});
         };
         net::co_spawn(worker->ioc, go(), [](std::exception_ptr e) {
             if (e) std::rethrow_exception(e);

@@ -54,7 +54,7 @@ struct Stages {
     std::variant<Admitted, Rejection> admit(std::string_view key, std::string_view path, std::string_view body,
                                             std::optional<auth::Principal>& who) {
         auto target = proxy::normalize_target(path);
-        return pipeline::admit(runtime(), {key, target, "10.0.0.1", body}, who);
+        return pipeline::admit(runtime(), {key, target, "10.0.0.1", body}, services.output_history, who);
     }
     Admitted admitted() {
         std::optional<auth::Principal> who;
@@ -75,8 +75,8 @@ struct Stages {
         ioc.run();
         return std::move(*out);
     }
-    std::variant<Permit, Rejection> limit(const Admitted& a) {
-        return run(pipeline::limit(store, a, "acme", services.metrics, clock));
+    std::variant<Permit, Rejection> limit(Admitted& a) {
+        return run(pipeline::limit(store, a, runtime().config->cost, "acme", services.metrics, clock));
     }
     std::string metric(std::string_view series) {
         auto text = services.registry.render();
@@ -118,6 +118,94 @@ TEST(AdmitStage, PricesTheBodyAndListsEveryCharge) {
     EXPECT_EQ(a.charges[0].key, "tenant:requests:acme");
     EXPECT_DOUBLE_EQ(a.charges[0].amount, 1);
     EXPECT_DOUBLE_EQ(a.charges[1].amount, a.reserved);
+}
+
+TEST(EstimateStage, LearnsWhatATenantReallyGeneratesAndReservesThat) {
+    Stages s(testing::config_text(
+        "      - { name: tokens, algorithm: token_bucket, capacity: 100000, rate: 10/s, unit: cost }\n",
+        "cost:\n  input: { per: 1, min: 1 }\n  output: { per: 1, min: 1 }\n"
+        "  output_estimate: learned\n  learned: { window: 10, quantile: 0.9, min_samples: 3 }\n"));
+    const std::string body = R"({"model":"m","max_tokens":2000,"messages":[{"role":"user","content":"hi"}]})";
+    auto admit = [&] {
+        std::optional<auth::Principal> who;
+        return std::get<Admitted>(s.admit("k1", "/v1/chat/completions", body, who));
+    };
+    const auto& cost = s.runtime().config->cost;
+    auto settle = [&](const Admitted& a, std::uint64_t completion, unsigned status = 200, bool reported = true) {
+        cost::SettledCost settled;
+        settled.completion_tokens = completion;
+        settled.usage_reported = reported;
+        learn(cost, s.services.output_history, "acme", a.summary, status, settled);
+    };
+    auto a = admit();
+    EXPECT_FALSE(a.output.learned);
+    EXPECT_EQ(a.output.tokens, 2000u);
+    EXPECT_NE(a.output.why.find("0 of the 3 settlements needed"), std::string::npos) << a.output.why;
+    settle(a, 40);
+    settle(a, 40, 500);         // an error teaches nothing
+    settle(a, 40, 200, false);  // nor an estimate of the gateway's own
+    settle(a, 38);
+    EXPECT_FALSE(admit().output.learned) << "two samples of three";
+    settle(a, 41);
+    a = admit();
+    ASSERT_TRUE(a.output.learned) << a.output.why;
+    EXPECT_GE(a.output.tokens, 41u);
+    EXPECT_LE(a.output.tokens, 43u) << "one byte a sample: at most 4.4% over";
+    EXPECT_LT(a.reserved, 100) << "the pre-charge holds the learned output, not 2000";
+    EXPECT_NE(a.output.why.find("learned: the p90 of the last 3 settlements"), std::string::npos) << a.output.why;
+    // The tenant starts to generate ten times more: settlement charges it, and the estimate
+    // follows within the window.
+    for (int i = 0; i < 10; ++i) settle(a, 400);
+    EXPECT_GE(admit().output.tokens, 400u);
+    // Never above what the request declares.
+    for (int i = 0; i < 10; ++i) settle(a, 5000);
+    EXPECT_EQ(admit().output.tokens, 2000u);
+    EXPECT_FALSE(admit().output.learned);
+}
+
+TEST(CapStage, LowersTheOutputToFitTheBudgetInsteadOfRefusing) {
+    Stages s(testing::config_text(
+        "      - { name: requests, algorithm: token_bucket, capacity: 3, rate: 1/s }\n"
+        "      - { name: tokens, algorithm: token_bucket, capacity: 1000, rate: 1/s, unit: cost }\n",
+        "cost:\n  input: { per: 1, min: 1 }\n  output: { per: 1, min: 1 }\n  stream_surcharge: 0\n"
+        "  cap_output: true\n  min_output: 16\n"));
+    std::optional<auth::Principal> who;
+    auto ask = [&](std::uint64_t max_tokens) {
+        auto body = R"({"model":"m","max_tokens":)" + std::to_string(max_tokens) +
+                    R"(,"messages":[{"role":"user","content":"hi"}]})";
+        return std::get<Admitted>(s.admit("k1", "/v1/chat/completions", body, who));
+    };
+    auto a = ask(5000);  // input: 4 + 1 + 3 = 8 tokens
+    auto first = s.limit(a);
+    ASSERT_TRUE(std::holds_alternative<Permit>(first)) << "capped, not refused";
+    EXPECT_TRUE(a.output.capped);
+    EXPECT_EQ(a.output.per_sequence, 1000u - 8) << "input + output = the whole bucket";
+    EXPECT_DOUBLE_EQ(a.reserved, 1000);
+    auto headers = std::get<Permit>(first).headers();
+    auto capped = std::find_if(headers.begin(), headers.end(),
+                               [](const auto& h) { return h.name == "x-tokengate-output-capped"; });
+    ASSERT_NE(capped, headers.end());
+    EXPECT_EQ(capped->value, "992");
+    std::get<Permit>(first).settle(1000);
+    s.clock.advance(20s);  // 20 units back: 8 of input and 12 of output would fit, under min_output
+    auto b = ask(5000);
+    auto second = s.limit(b);
+    ASSERT_TRUE(std::holds_alternative<Rejection>(second));
+    EXPECT_EQ(std::get<Rejection>(second).status, http::status::too_many_requests) << "a 429 still";
+    s.clock.advance(10s);
+    auto c = ask(5000);
+    ASSERT_TRUE(std::holds_alternative<Permit>(s.limit(c)));
+    EXPECT_EQ(c.output.per_sequence, 30u - 8);
+    EXPECT_EQ(s.metric("tokengate_output_capped_total{tenant=\"acme\"}"), "2");
+    // A requests limit that refuses is not a budget: no cap helps.
+    s.clock.advance(1000s);
+    for (int i = 0; i < 3; ++i) {
+        auto d = ask(10);
+        ASSERT_TRUE(std::holds_alternative<Permit>(s.limit(d)));
+    }
+    auto e = ask(5000);
+    ASSERT_TRUE(std::holds_alternative<Rejection>(s.limit(e)));
+    EXPECT_FALSE(e.output.capped);
 }
 
 TEST(LimitStage, AdmitsThenRefusesWithHeadersThenAdmitsOnceTimeHasPassed) {
@@ -187,7 +275,9 @@ private:
 TEST(LimitStage, AStoreThatIsDownIsA503WithRetryAfter) {
     Stages s;
     DownStore down(s.clock);
-    auto refused = s.run(pipeline::limit(down, s.admitted(), "acme", s.services.metrics, s.clock));
+    auto admitted = s.admitted();
+    auto refused =
+        s.run(pipeline::limit(down, admitted, s.runtime().config->cost, "acme", s.services.metrics, s.clock));
     ASSERT_TRUE(std::holds_alternative<Rejection>(refused));
     const auto& no = std::get<Rejection>(refused);
     EXPECT_EQ(no.status, http::status::service_unavailable);
