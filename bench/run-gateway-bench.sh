@@ -2,7 +2,8 @@
 # tokengate vs nginx, in one run, on this machine. Prints one table with ratios to nginx.
 #   bench/run-gateway-bench.sh [seconds per run, default 8]
 #   BENCH_SCENARIOS="json 429 sse" and BENCH_WORKERS="1 2" (the defaults) pick the rows;
-#   TOKENGATE_BENCH_BIN=<binary> measures another build (a before/after, run alternately).
+#   TOKENGATE_BENCH_BIN=<binary> measures another build (a before/after, run alternately);
+#   BENCH_COST="output_estimate: learned" adds keys to tokengate's cost section.
 # Upstreams: nginx serving a fixed chat completion (JSON) and tokengate's mock (SSE).
 # Contenders, each with the same number of workers (1, then 2):
 #   nginx     reverse proxy, limit_req keyed by the API key, high rate (never rejects), burst, nodelay
@@ -85,6 +86,7 @@ start_tokengate() {  # name workers tenant_capacity target
     echo "    upstreams: [backend]"
     echo "    limits: [ { name: route-rps, algorithm: token_bucket, capacity: 1000000, rate: 1000000/s } ]"
     echo "models: { llama3-8b: { cost_factor: 1.0 }, \"*\": { cost_factor: 1.0 } }"
+    [ -z "${BENCH_COST:-}" ] || echo "cost: { $BENCH_COST }"
     echo "tiers:"
     echo "  standard:"
     echo "    limits:"

@@ -68,6 +68,7 @@ struct Completion {
     std::uint64_t prompt_tokens = 0;
     std::uint64_t completion_tokens = 0;
     std::string finish_reason = "stop";
+    std::string output_limit;  // "<field>=<n>" as the body named it, for x-mock-output-limit
 
     json usage() const {
         return {{"prompt_tokens", prompt_tokens},
@@ -199,6 +200,8 @@ Completion plan_completion(const http::request<http::string_body>& req, std::str
     c.details = body.is_object() && body.contains("parameters") && body["parameters"].is_object() &&
                 body["parameters"].value("details", false);
     c.stream = s.stream;
+    if (s.output_named)
+        c.output_limit = std::string(cost::to_string(s.output_field)) + "=" + std::to_string(s.output_per_sequence);
     c.include_usage = s.client_wants_usage;
     c.prompt_tokens = s.input_tokens;
     c.model = s.model.empty() ? "mock-model" : s.model;
@@ -333,6 +336,7 @@ private:
             stats_.generation_tokens += plan.completion_tokens;
             http::response<http::string_body> res{http::status::ok, 11};
             res.set(http::field::content_type, "application/json");
+            if (!plan.output_limit.empty()) res.set("x-mock-output-limit", plan.output_limit);
             res.body() = plan.json_response();
             co_return co_await send(res, keep);
         }
@@ -340,6 +344,7 @@ private:
         http::response<http::empty_body> head{http::status::ok, 11};
         head.set(http::field::content_type, "text/event-stream");
         head.set(http::field::cache_control, "no-cache");
+        if (!plan.output_limit.empty()) head.set("x-mock-output-limit", plan.output_limit);
         head.chunked(true);
         head.keep_alive(keep);
         http::response_serializer<http::empty_body> serializer{head};
