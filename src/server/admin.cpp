@@ -123,25 +123,26 @@ Response explain(Services& services, const Runtime& rt, const pipeline::Admitted
     json headers = json::object();
     for (const auto& h : limiter::rate_limit_headers(decision, services.clock.unix_now())) headers[h.name] = h.value;
     const auto& cfg = *rt.config;
-    json out = {
-        {"tenant", cfg.tenants[a.principal.tenant].id},
-        {"route", cfg.routes[a.route].path},
-        {"model", a.summary.model},
-        {"endpoint", cost::to_string(a.summary.endpoint)},
-        {"tokenizer", a.tokenizer ? a.tokenizer->name() : std::string("heuristic")},
-        {"input_tokens", a.summary.input_tokens},
-        {"output_tokens", a.output.tokens},
-        {"output_tokens_per_sequence", a.output.per_sequence},
-        {"output_estimate",
-         {{"source", a.output.learned ? "learned" : "declared"}, {"samples", a.output.samples}, {"why", a.output.why}}},
-        {"sequences", a.summary.sequences},
-        {"images", a.summary.images},
-        {"max_output_tokens", a.summary.max_output_tokens},
-        {"stream", a.summary.stream},
-        {"cost", a.reserved},
-        {"allowed", decision.allowed},
-        {"limits", limits},
-        {"headers", headers}};
+    json out = {{"tenant", cfg.tenants[a.principal.tenant].id},
+                {"route", cfg.routes[a.route].path},
+                {"model", a.summary.model},
+                {"endpoint", cost::to_string(a.summary.endpoint)},
+                {"tokenizer", a.tokenizer ? a.tokenizer->name() : std::string("heuristic")},
+                {"input_tokens", a.summary.input_tokens},
+                {"output_tokens", a.output.tokens},
+                {"output_tokens_per_sequence", a.output.per_sequence},
+                {"output_estimate",
+                 {{"source", a.output.learned ? "learned" : "declared"},
+                  {"samples", a.output.samples},
+                  {"why", pipeline::describe(a.output, cfg.cost)}}},
+                {"sequences", a.summary.sequences},
+                {"images", a.summary.images},
+                {"max_output_tokens", a.summary.max_output_tokens},
+                {"stream", a.summary.stream},
+                {"cost", a.reserved},
+                {"allowed", decision.allowed},
+                {"limits", limits},
+                {"headers", headers}};
     if (!decision.allowed) {
         auto why = limiter::describe_rejection(decision, a.charges);
         out["rejection"] = {{"type", why.type}, {"code", why.code}, {"message", why.message}};

@@ -131,21 +131,52 @@ TEST(StopAtBudget, EachDialectEndsInItsOwnFinalEvent) {
     }
 }
 
-TEST(StopAtBudget, AClientThatLeavesDuringAStoppedStreamSettlesOnce) {
-    GatewayUnderTest gw(config("  stop_at_budget: true\n",
+TEST(StopAtBudget, AClientThatLeavesDuringACappedOrStoppedStreamSettlesOnce) {
+    GatewayUnderTest gw(config("  stop_at_budget: true\n  cap_output: true\n",
                                "{ name: tokens, algorithm: token_bucket, capacity: 300, rate: 1/s, unit: cost }"),
                         "", 200);
-    RawClient client(gw.port());
-    json body = {{"model", "m"}, {"stream", true}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
-    client.send_all(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\n"
-        "x-mock-completion-tokens: 5000\r\nContent-Type: application/json\r\nContent-Length: " +
-        std::to_string(body.dump().size()) + "\r\n\r\n" + body.dump());
-    client.read_some(5s, "tok");
-    client.close();
+    auto leave_early = [&](const json& body) {
+        RawClient client(gw.port());
+        client.send_all(raw_post("/v1/chat/completions", "k1", body.dump(), "x-mock-completion-tokens: 5000\r\n"));
+        auto seen = client.read_some(5s, " quick");
+        client.close();  // mid-stream: 300 units at 200 tokens/s would take 1.5 s to spend
+        return seen;
+    };
+    json capped = {
+        {"model", "m"}, {"stream", true}, {"max_tokens", 5000}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+    auto first = leave_early(capped);
+    EXPECT_NE(first.find("x-tokengate-output-capped:"), std::string::npos) << first.substr(0, 400);
     ASSERT_TRUE(gw.wait_settled(1));
-    auto text = gw.metrics_after(1);
-    EXPECT_NE(text.find("tokengate_settled_total{tenant=\"acme\"} 1"), std::string::npos);
+    std::this_thread::sleep_for(2s);  // a little budget back
+    json open_ended = {{"model", "m"}, {"stream", true}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+    leave_early(open_ended);
+    ASSERT_TRUE(gw.wait_settled(2));
+    auto text = gw.metrics_after(2);
+    EXPECT_NE(text.find("tokengate_settled_total{tenant=\"acme\"} 2"), std::string::npos) << "once each";
+    EXPECT_NE(text.find("tokengate_admitted_total{tenant=\"acme\"} 2"), std::string::npos);
+}
+
+TEST(OutputReservation, CapAndStopWorkWithTheRedisStore) {
+    REQUIRE_REDIS();
+    RedisServer redis;
+    GatewayUnderTest gw(config("  cap_output: true\n  stop_at_budget: true\n  default_max_tokens: 16\n",
+                               "{ name: tokens, algorithm: token_bucket, capacity: 400, rate: 1/s, unit: cost }") +
+                            "store:\n  backend: redis\n  redis: { url: \"" + redis.url() +
+                            "\", prefix: \"tgtest:\", timeout: 1s, pool: 2, on_error: fail_closed }\n",
+                        "", 2000);
+    auto capped = gw.request(
+        post("/v1/completions", {{"max_tokens", 5000}, {"prompt", "hi"}}, {{"x-mock-completion-tokens", "10"}}));
+    ASSERT_EQ(capped.status, 200) << capped.body << gw.log();
+    EXPECT_EQ(capped.header("x-mock-output-limit"), "max_tokens=" + capped.header("x-tokengate-output-capped"));
+    ASSERT_TRUE(gw.wait_settled(1));
+    json body = {{"model", "m"}, {"stream", true}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+    auto stopped = gw.request(post("/v1/chat/completions", body, {{"x-mock-completion-tokens", "5000"}}));
+    ASSERT_EQ(stopped.status, 200) << gw.log();
+    EXPECT_NE(stopped.body.find("\"finish_reason\":\"length\""), std::string::npos);
+    EXPECT_EQ(stopped.body.substr(stopped.body.size() - 14), "data: [DONE]\n\n");
+    EXPECT_LT(stopped.body.size(), 200'000u) << "not 5000 tokens";
+    ASSERT_TRUE(gw.wait_settled(2));
+    EXPECT_GT(remaining(gw), -4.0) << "the debt stays bounded with the shared store too";
 }
 
 /// The must-show scenario: a tenant whose requests declare 2000 output tokens and use about

@@ -33,8 +33,6 @@ std::optional<Admitted> cap_output(const config::CostConfig& cost, const Admitte
     capped.output.per_sequence = fits / summary.sequences;
     capped.output.tokens = capped.output.per_sequence * summary.sequences;
     capped.output.capped = true;
-    capped.output.why +=
-        "; capped to " + std::to_string(capped.output.per_sequence) + " tokens a sequence to fit the remaining budget";
     capped.reserved = price(capped.output.tokens);
     for (auto& charge : capped.charges)
         if (charge.spec->unit == config::Unit::cost) charge.amount = capped.reserved;

@@ -15,14 +15,20 @@
 namespace tokengate::server::pipeline {
 
 struct OutputReservation {
+    /// Why this much: numbers only on the data plane; describe() words them for explain.
+    enum class Source { declared_setting, generates_nothing, too_few_samples, not_below, learned };
+    Source source = Source::declared_setting;
     bool learned = false;            // the learned quantile replaced the declared maximum
     bool capped = false;             // lowered to fit the budget (cost.cap_output)
+    std::uint64_t declared = 0;      // what the request declared a sequence (or its default)
     std::uint64_t per_sequence = 0;  // the output tokens reserved for each sequence
     std::uint64_t tokens = 0;        // for all sequences, saturated
     std::uint32_t samples = 0;       // settlements known for this tenant and model
     std::uint64_t quantile = 0;      // their quantile, when there are enough
-    std::string why;                 // for /admin/explain
 };
+
+/// The reason, in words, for /admin/explain.
+std::string describe(const OutputReservation& r, const config::CostConfig& cost);
 
 cost::OutputHistory::Settings history_settings(const config::LearnedEstimate& learned);
 

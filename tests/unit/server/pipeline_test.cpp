@@ -140,7 +140,8 @@ TEST(EstimateStage, LearnsWhatATenantReallyGeneratesAndReservesThat) {
     auto a = admit();
     EXPECT_FALSE(a.output.learned);
     EXPECT_EQ(a.output.tokens, 2000u);
-    EXPECT_NE(a.output.why.find("0 of the 3 settlements needed"), std::string::npos) << a.output.why;
+    EXPECT_NE(describe(a.output, cost).find("0 of the 3 settlements needed"), std::string::npos)
+        << describe(a.output, cost);
     settle(a, 40);
     settle(a, 40, 500);         // an error teaches nothing
     settle(a, 40, 200, false);  // nor an estimate of the gateway's own
@@ -148,11 +149,12 @@ TEST(EstimateStage, LearnsWhatATenantReallyGeneratesAndReservesThat) {
     EXPECT_FALSE(admit().output.learned) << "two samples of three";
     settle(a, 41);
     a = admit();
-    ASSERT_TRUE(a.output.learned) << a.output.why;
+    ASSERT_TRUE(a.output.learned) << describe(a.output, cost);
     EXPECT_GE(a.output.tokens, 41u);
     EXPECT_LE(a.output.tokens, 43u) << "one byte a sample: at most 4.4% over";
     EXPECT_LT(a.reserved, 100) << "the pre-charge holds the learned output, not 2000";
-    EXPECT_NE(a.output.why.find("learned: the p90 of the last 3 settlements"), std::string::npos) << a.output.why;
+    EXPECT_NE(describe(a.output, cost).find("learned: the p90 of the last 3 settlements"), std::string::npos)
+        << describe(a.output, cost);
     // The tenant starts to generate ten times more: settlement charges it, and the estimate
     // follows within the window.
     for (int i = 0; i < 10; ++i) settle(a, 400);
