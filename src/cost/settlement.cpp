@@ -2,9 +2,11 @@
 
 namespace tokengate::cost {
 
-void ResponseUsage::start(std::string_view content_type, bool has_content_length, bool usage_injected) {
-    if (content_type.rfind("text/event-stream", 0) == 0) sse_.emplace(usage_injected && !has_content_length);
-    else if (content_type.find("json") != std::string_view::npos) json_.emplace();
+void ResponseUsage::start(std::string_view content_type, bool has_content_length, bool usage_injected,
+                          const Tokenizer* tokenizer) {
+    if (content_type.rfind("text/event-stream", 0) == 0)
+        sse_.emplace(usage_injected && !has_content_length, std::size_t{1} << 20, tokenizer);
+    else if (content_type.find("json") != std::string_view::npos) json_.emplace(std::size_t{8} << 20, tokenizer);
 }
 
 std::string_view ResponseUsage::feed(std::string_view data, bool last) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "tokengate/cost/cost.hpp"
+#include "tokengate/cost/tokenizer.hpp"
 
 namespace tokengate::cost {
 
@@ -62,7 +63,8 @@ bool read_usage(simdjson::dom::object doc, Usage& out) {
 
 /// The text one streamed event carries: chat deltas, completions text, Responses
 /// `response.output_text.delta`, TGI's token.
-std::uint64_t streamed_text_tokens(simdjson::dom::object doc) {
+std::uint64_t streamed_text_tokens(simdjson::dom::object doc, const Tokenizer* tokenizer) {
+    auto count = [&](std::string_view text) { return tokenizer ? tokenizer->count(text) : estimate_tokens(text); };
     std::uint64_t n = 0;
     std::string_view text;
     simdjson::dom::array choices;
@@ -72,9 +74,9 @@ std::uint64_t streamed_text_tokens(simdjson::dom::object doc) {
             if (c.get_object().get(choice) != simdjson::SUCCESS) continue;
             simdjson::dom::object delta;
             if (choice["delta"].get_object().get(delta) == simdjson::SUCCESS) {
-                if (delta["content"].get_string().get(text) == simdjson::SUCCESS) n += estimate_tokens(text);
+                if (delta["content"].get_string().get(text) == simdjson::SUCCESS) n += count(text);
             } else if (choice["text"].get_string().get(text) == simdjson::SUCCESS) {
-                n += estimate_tokens(text);
+                n += count(text);
             }
         }
         return n;
@@ -82,7 +84,7 @@ std::uint64_t streamed_text_tokens(simdjson::dom::object doc) {
     std::string_view type;
     if (doc["type"].get_string().get(type) == simdjson::SUCCESS) {
         if (type == "response.output_text.delta" && doc["delta"].get_string().get(text) == simdjson::SUCCESS)
-            n += estimate_tokens(text);
+            n += count(text);
         return n;
     }
     simdjson::dom::object token;
@@ -134,7 +136,7 @@ Usage JsonUsageReader::finish() const {
     if (doc["generated_text"].get_string().get(text) == simdjson::SUCCESS) {
         u.known = true;
         u.prompt_known = false;
-        u.completion_tokens = estimate_tokens(text);
+        u.completion_tokens = tokenizer_ ? tokenizer_->count(text) : estimate_tokens(text);
     }
     return u;
 }
@@ -211,7 +213,7 @@ SseUsageFilter::Verdict SseUsageFilter::inspect(std::string_view event) {
                 Usage u;
                 bool has_usage = read_usage(doc, u);
                 if (has_usage) usage_ = u;
-                streamed_tokens_ += streamed_text_tokens(doc);
+                streamed_tokens_ += streamed_text_tokens(doc, tokenizer_);
                 simdjson::dom::array choices;
                 if (hide_usage_ && has_usage && doc["choices"].get_array().get(choices) == simdjson::SUCCESS &&
                     choices.size() == 0)

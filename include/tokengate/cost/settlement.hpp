@@ -17,7 +17,9 @@ class ResponseUsage {
 public:
     /// `usage_injected`: the gateway asked for a stream's usage on the client's behalf, so the
     /// usage chunk is hidden (only when the body may change size: no Content-Length).
-    void start(std::string_view content_type, bool has_content_length, bool usage_injected);
+    /// `tokenizer` counts text the upstream sends without its count (null: the heuristic).
+    void start(std::string_view content_type, bool has_content_length, bool usage_injected,
+               const Tokenizer* tokenizer = nullptr);
     /// The bytes to forward (see SseUsageFilter::feed).
     std::string_view feed(std::string_view data, bool last);
     bool is_stream() const { return sse_.has_value(); }

@@ -10,6 +10,8 @@ class object;
 
 namespace tokengate::cost {
 
+class Tokenizer;
+
 /// Token counts an upstream reported: OpenAI's `usage` (prompt/completion tokens), the
 /// Responses API's (input/output tokens), or TGI's `details.generated_tokens`, which carries
 /// no prompt count.
@@ -23,12 +25,15 @@ struct Usage {
 /// Reads `usage` from a JSON response body fed in pieces (kept up to `max_bytes`).
 class JsonUsageReader {
 public:
-    explicit JsonUsageReader(std::size_t max_bytes = 8u << 20) : max_bytes_(max_bytes) {}
+    /// `tokenizer` counts a TGI generated_text that comes without its count (null: the heuristic).
+    explicit JsonUsageReader(std::size_t max_bytes = 8u << 20, const Tokenizer* tokenizer = nullptr)
+        : max_bytes_(max_bytes), tokenizer_(tokenizer) {}
     void feed(std::string_view data);
     Usage finish() const;
 
 private:
     std::size_t max_bytes_;
+    const Tokenizer* tokenizer_;
     std::string body_;
     bool overflowed_ = false;
 };
@@ -39,8 +44,10 @@ private:
 /// `"usage":null` fields the client did not ask for.
 class SseUsageFilter {
 public:
-    explicit SseUsageFilter(bool hide_usage, std::size_t max_event_bytes = 1u << 20)
-        : hide_usage_(hide_usage), max_event_bytes_(max_event_bytes) {}
+    /// `tokenizer` counts the streamed text (null: the heuristic).
+    explicit SseUsageFilter(bool hide_usage, std::size_t max_event_bytes = 1u << 20,
+                            const Tokenizer* tokenizer = nullptr)
+        : hide_usage_(hide_usage), max_event_bytes_(max_event_bytes), tokenizer_(tokenizer) {}
 
     /// Returns the bytes to forward now: a view of `data` when no event was changed, else of
     /// the filter's own buffer (valid until the next call). `last` flushes the tail.
@@ -71,6 +78,7 @@ private:
 
     bool hide_usage_;
     std::size_t max_event_bytes_;
+    const Tokenizer* tokenizer_;
     std::string pending_;
     std::string out_;
     Usage usage_;

@@ -81,7 +81,8 @@ net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
     hooks.decorate = [&](const http::response_header<>& h, std::string& head) {
         for (const auto& f : in.headers) proxy::wire::field(head, f.name, f.value);
         proxy::wire::field(head, "X-Request-Id", in.origin.request_id);
-        observed.start(h[http::field::content_type], !h[http::field::content_length].empty(), usage_injected);
+        observed.start(h[http::field::content_type], !h[http::field::content_length].empty(), usage_injected,
+                       in.admitted.tokenizer);
         if (in.stop_after) observed.stop_after(*in.stop_after);
     };
     hooks.replaced = replaced_in_response;

@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "tokengate/cost/cost.hpp"
+#include "tokengate/cost/hf_tokenizer.hpp"
 #include "tokengate/cost/usage.hpp"
 
 namespace tokengate::cost {
@@ -75,6 +78,19 @@ TEST(SseUsageFilter, CountsStreamedTextWithoutUsage) {
     SseUsageFilter completions(false);
     completions.feed("data: {\"choices\":[{\"text\":\"abcdefgh\",\"index\":0}]}\r\n\r\n", true);
     EXPECT_EQ(completions.streamed_tokens(), estimate_tokens("abcdefgh"));
+}
+
+TEST(SseUsageFilter, CountsStreamedTextWithTheModelsTokenizerWhenItHasOne) {
+    // The fuzz target's small tokenizer: it has no merge for "zq", so each letter is a token.
+    auto tokenizer =
+        HfTokenizer::load((std::filesystem::path(TOKENGATE_FIXTURES).parent_path() / "fuzz/tokenizer.json").string());
+    const std::string text = "zqzqzqzq";
+    std::string event = R"(data: {"choices":[{"index":0,"delta":{"content":")" + text + "\"}}]}\n\n";
+    SseUsageFilter heuristic(false), counted(false, 1u << 20, tokenizer.get());
+    heuristic.feed(event, false);
+    counted.feed(event, false);
+    EXPECT_EQ(counted.streamed_tokens(), tokenizer->count(text));
+    EXPECT_NE(counted.streamed_tokens(), heuristic.streamed_tokens());
 }
 
 TEST(SseUsageFilter, PassesOversizedOrMalformedEventsOn) {
