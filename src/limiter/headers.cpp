@@ -98,7 +98,7 @@ std::string openai_duration(Nanos duration) {
 
 std::vector<HeaderField> rate_limit_headers(const Decision& d, Nanos unix_now) {
     std::vector<HeaderField> out;
-    out.reserve(12);  // 5 X-RateLimit/RateLimit, 3 per OpenAI unit, Retry-After
+    out.reserve(13);  // 5 X-RateLimit/RateLimit, 3 per OpenAI unit, Retry-After, retry-after-ms
     std::optional<std::size_t> main =
         d.rejected >= 0 ? std::optional<std::size_t>(d.rejected) : tightest(d, [](const LimitStatus&) { return true; });
     if (main) {
@@ -119,8 +119,13 @@ std::vector<HeaderField> rate_limit_headers(const Decision& d, Nanos unix_now) {
     }
     add_openai_set(out, d, Unit::requests, k_requests_names);
     add_openai_set(out, d, Unit::cost, k_tokens_names);
-    if (!d.allowed && d.retry_after >= 0)
+    if (!d.allowed && d.retry_after >= 0) {
         out.push_back({"Retry-After", std::to_string(std::max<Nanos>(1, ceil_seconds(d.retry_after)))});
+        // The exact wait: the OpenAI SDKs read it before Retry-After, so a client of a 20/s
+        // limit waits 50 ms, not a whole second.
+        auto ms = d.retry_after / 1'000'000 + (d.retry_after % 1'000'000 != 0);
+        out.push_back({"retry-after-ms", std::to_string(std::max<Nanos>(1, ms))});
+    }
     return out;
 }
 

@@ -137,6 +137,10 @@ TEST(Gateway, RateLimitedAfterCapacityWithRetryAfter) {
     auto retry = std::stoi(refused.header("retry-after"));
     EXPECT_GE(retry, 9);
     EXPECT_LE(retry, 10);
+    // The exact wait in milliseconds, within the whole seconds Retry-After rounds up to.
+    auto retry_ms = std::stol(refused.header("retry-after-ms"));
+    EXPECT_GT(retry_ms, (retry - 1) * 1000L);
+    EXPECT_LE(retry_ms, retry * 1000L);
     EXPECT_EQ(refused.header("x-ratelimit-remaining-requests"), "0");
     EXPECT_EQ(refused.header("x-ratelimit-limit-requests"), "3");
     EXPECT_EQ(refused.header("ratelimit-policy"), "\"requests\";q=3;w=30");

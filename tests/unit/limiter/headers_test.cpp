@@ -75,6 +75,7 @@ TEST(RateLimitHeaders, RefusalCarriesRetryAfterAndNamesTheLimit) {
     resolve(d);
     auto h = as_map(rate_limit_headers(d, 0));
     EXPECT_EQ(h["Retry-After"], "1");
+    EXPECT_EQ(h["retry-after-ms"], "600") << "the exact wait, which the OpenAI SDKs prefer";
     EXPECT_EQ(h["X-RateLimit-Remaining"], "0");
     EXPECT_EQ(h.count("x-ratelimit-limit-tokens"), 0u) << "no unit: cost limit applies";
     std::vector<Charge> charges = {{&f.requests, config::Level::tenant, "tenant:requests:t", 1, {}}};
@@ -92,6 +93,7 @@ TEST(RateLimitHeaders, NeverPassingRequestHasNoRetryAfter) {
     EXPECT_TRUE(d.never());
     auto h = as_map(rate_limit_headers(d, 0));
     EXPECT_EQ(h.count("Retry-After"), 0u);
+    EXPECT_EQ(h.count("retry-after-ms"), 0u);
     std::vector<Charge> charges = {{&f.tokens, config::Level::tenant, "tenant:tokens:t", 300, {}}};
     auto why = describe_rejection(d, charges);
     EXPECT_EQ(why.type, "tokens");
