@@ -415,7 +415,18 @@ const char* k_redis_server = "/usr/bin/redis-server";
 
 bool RedisServer::available() { return ::access(k_redis_server, X_OK) == 0; }
 
-RedisServer::RedisServer(std::vector<std::string> extra) : port_(free_port()), extra_(std::move(extra)) { start(); }
+RedisServer::RedisServer(std::vector<std::string> extra) : port_(free_port()), extra_(std::move(extra)) {
+    // As for the gateway: a port from free_port() can be taken before redis-server binds it.
+    for (int attempt = 1;; ++attempt) {
+        try {
+            start();
+            return;
+        } catch (const std::runtime_error& e) {
+            if (attempt == 5 || std::string(e.what()).find("Address already in use") == std::string::npos) throw;
+            port_ = free_port();
+        }
+    }
+}
 
 RedisServer::~RedisServer() {
     if (process_) resume();

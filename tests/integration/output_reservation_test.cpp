@@ -50,9 +50,14 @@ TEST(CapOutput, TheUpstreamReceivesTheLoweredFieldForEachOfTheFourNames) {
         {"/v1/responses", {{"model", "m"}, {"max_output_tokens", 5000}, {"input", "hi"}}, "max_output_tokens"},
         {"/generate", {{"inputs", "hi"}, {"parameters", {{"max_new_tokens", 5000}}}}, "parameters.max_new_tokens"},
     };
+    double answered = 0;
     for (const auto& [path, body, field] : cases) {
         SCOPED_TRACE(path);
+        // The previous answer's refund lands when its exchange is settled, just after its
+        // last byte: wait for it, or this request would see the whole budget still held.
+        ASSERT_TRUE(gw.wait_settled(answered));
         auto r = gw.request(post(path, body, {{"x-mock-completion-tokens", "10"}}));
+        ++answered;
         ASSERT_EQ(r.status, 200) << r.body << gw.log();
         auto capped = r.header("x-tokengate-output-capped");
         ASSERT_FALSE(capped.empty()) << "a shorter answer instead of a 429";
@@ -120,9 +125,11 @@ TEST(StopAtBudget, EachDialectEndsInItsOwnFinalEvent) {
         {"/v1/responses", {{"model", "m"}, {"stream", true}, {"input", "hi"}}, "event: response.incomplete"},
         {"/generate_stream", {{"inputs", "hi"}}, "\"finish_reason\":\"length\",\"generated_tokens\":"},
     };
+    double answered = 0;
     for (const auto& [path, body, ending] : cases) {
         SCOPED_TRACE(path);
-        std::this_thread::sleep_for(150ms);  // the bucket refills
+        ASSERT_TRUE(gw.wait_settled(answered++));  // the previous stream is charged what it relayed
+        std::this_thread::sleep_for(150ms);        // and the bucket refills
         auto r = gw.request(post(path, body, {{"x-mock-completion-tokens", "5000"}}));
         ASSERT_EQ(r.status, 200) << gw.log();
         EXPECT_NE(r.body.find(ending), std::string::npos)
