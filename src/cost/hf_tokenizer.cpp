@@ -293,7 +293,8 @@ struct HfTokenizer::Model {
     std::uint64_t added_per_sequence = 0;
     std::uint64_t cache_owner = detail::WordCache::new_owner();
 
-    std::string normalize(std::string_view text) const;
+    /// `text` normalized: itself when no form changes it, else a view of `storage`.
+    std::string_view normalize(std::string_view text, std::string& storage) const;
     std::uint64_t count_added(const AddedMatcher& matcher, std::string_view text, bool normalized) const;
     std::uint64_t count_pre_tokenized(std::size_t step, std::string_view piece) const;
     std::uint64_t count_word(std::string_view word) const;  // through the word cache
@@ -306,21 +307,26 @@ struct HfTokenizer::Model {
     void load_added_tokens(element tokens);
 };
 
-std::string HfTokenizer::Model::normalize(std::string_view text) const {
-    std::string out(text);
-    // Every Unicode normal form leaves ASCII as it is.
-    if (std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; })) return out;
+std::string_view HfTokenizer::Model::normalize(std::string_view text, std::string& storage) const {
+    // Every Unicode normal form leaves ASCII as it is: most text comes back as it was, uncopied.
+    if (normalizers.empty() ||
+        std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; }))
+        return text;
+    std::string_view current = text;
     for (const auto* form : normalizers) {
         UErrorCode status = U_ZERO_ERROR;
-        icu::StringPiece piece(out.data(), static_cast<std::int32_t>(out.size()));
+        icu::StringPiece piece(current.data(), static_cast<std::int32_t>(current.size()));
         if (form->isNormalizedUTF8(piece, status) && U_SUCCESS(status)) continue;
         std::string next;
         icu::StringByteSink<std::string> sink(&next);
         status = U_ZERO_ERROR;
         form->normalizeUTF8(0, piece, sink, nullptr, status);
-        if (U_SUCCESS(status)) out = std::move(next);
+        if (U_SUCCESS(status)) {
+            storage = std::move(next);
+            current = storage;
+        }
     }
-    return out;
+    return current;
 }
 
 std::uint64_t HfTokenizer::Model::count_added(const AddedMatcher& matcher, std::string_view text,
@@ -328,7 +334,8 @@ std::uint64_t HfTokenizer::Model::count_added(const AddedMatcher& matcher, std::
     auto rest = [&](std::string_view gap) -> std::uint64_t {
         if (gap.empty()) return 0;
         if (normalized) return count_pre_tokenized(0, gap);
-        return count_added(added_normalized, normalize(gap), true);
+        std::string storage;
+        return count_added(added_normalized, normalize(gap, storage), true);
     };
     if (matcher.empty()) return rest(text);
     std::uint64_t tokens = 0;
@@ -609,7 +616,8 @@ void HfTokenizer::Model::load_added_tokens(element tokens) {
                          bool_or(t, "rstrip", false)};
         // A normalized token is looked for in the normalized text, as its normalized self.
         if (bool_or(t, "normalized", !bool_or(t, "special", false))) {
-            token.content = normalize(token.content);
+            std::string storage;
+            token.content = std::string(normalize(token.content, storage));
             added_normalized.add(std::move(token));
         } else {
             added_raw.add(std::move(token));
