@@ -98,6 +98,22 @@ std::string with_stream_usage(std::string_view body, bool has_stream_options) {
     return doc.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+std::optional<std::uint64_t> largest_output_within(const config::CostConfig& cost, double cost_factor,
+                                                   std::uint64_t input_tokens, bool stream, double budget,
+                                                   std::uint64_t at_least, std::uint64_t at_most) {
+    auto fits = [&](std::uint64_t output) {
+        return request_cost(cost, cost_factor, input_tokens, output, stream) <= budget;
+    };
+    if (at_least > at_most || !fits(at_least)) return std::nullopt;
+    if (fits(at_most)) return at_most;
+    std::uint64_t low = at_least, high = at_most;  // low fits, high does not
+    while (high - low > 1) {
+        auto mid = low + (high - low) / 2;
+        (fits(mid) ? low : high) = mid;
+    }
+    return low;
+}
+
 const char* to_string(OutputField field) {
     switch (field) {
         case OutputField::max_completion_tokens: return "max_completion_tokens";

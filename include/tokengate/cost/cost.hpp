@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -88,6 +89,13 @@ inline constexpr double k_max_cost = 1e18;
 /// The cost formula of SPEC §5, at most k_max_cost.
 double request_cost(const config::CostConfig& cost, double cost_factor, std::uint64_t input_tokens,
                     std::uint64_t output_tokens, bool stream);
+
+/// The most output tokens in [at_least, at_most] whose request_cost stays within `budget`
+/// (cost grows with output; any rounding), or nullopt if not even `at_least` fits. What
+/// cap_output lowers a request to, and how far stop_at_budget lets a stream run.
+std::optional<std::uint64_t> largest_output_within(const config::CostConfig& cost, double cost_factor,
+                                                   std::uint64_t input_tokens, bool stream, double budget,
+                                                   std::uint64_t at_least, std::uint64_t at_most);
 
 /// The model's settings: the first matching pattern, else the "*" entry; null if neither.
 const config::ModelCost* find_model(const std::vector<config::ModelCost>& models, std::string_view model);

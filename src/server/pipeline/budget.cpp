@@ -18,19 +18,12 @@ std::optional<std::uint64_t> stream_budget(const config::CostConfig& cost, const
             remaining = std::min(remaining, std::max(0.0, s.verdict.remaining));
     }
     if (remaining == std::numeric_limits<double>::infinity()) return std::nullopt;
-    double affordable = admitted.reserved + remaining;
-    auto price = [&](std::uint64_t output) {
-        return cost::request_cost(cost, admitted.cost_factor, summary.input_tokens, output, summary.stream);
-    };
-    // The most output that costs no more than that, by bisection (the cost grows with it).
-    std::uint64_t fits = 0, too_many = 1;
-    while (price(too_many) <= affordable && too_many < (1ull << 62)) too_many *= 2;
-    if (price(too_many) <= affordable) return std::nullopt;  // no budget binds
-    while (too_many - fits > 1) {
-        auto mid = fits + (too_many - fits) / 2;
-        (price(mid) <= affordable ? fits : too_many) = mid;
-    }
-    return fits;
+    // No budget binds below 2^62 tokens: then nothing stops the stream.
+    constexpr std::uint64_t k_unbounded = 1ull << 62;
+    auto fits = cost::largest_output_within(cost, admitted.cost_factor, summary.input_tokens, summary.stream,
+                                            admitted.reserved + remaining, 0, k_unbounded);
+    if (fits == k_unbounded) return std::nullopt;
+    return fits.value_or(0);
 }
 
 }  // namespace tokengate::server::pipeline

@@ -18,22 +18,17 @@ std::optional<Admitted> cap_output(const config::CostConfig& cost, const Admitte
         if (s.spec->unit != config::Unit::cost || !rate_bucket) return std::nullopt;
         budget = std::min(budget, s.verdict.remaining);
     }
-    auto price = [&](std::uint64_t output) {
-        return cost::request_cost(cost, admitted.cost_factor, summary.input_tokens, output, summary.stream);
-    };
     auto least = summary.sequences * cost.min_output;  // sequences ≤ 128, min_output ≤ 1e6: no overflow
-    if (!(budget >= price(least)) || least >= admitted.output.tokens) return std::nullopt;
-    // The cost grows with the output: the largest that fits, by bisection (any rounding).
-    std::uint64_t fits = least, too_many = admitted.output.tokens;
-    while (too_many - fits > 1) {
-        auto mid = fits + (too_many - fits) / 2;
-        (price(mid) <= budget ? fits : too_many) = mid;
-    }
+    if (least >= admitted.output.tokens) return std::nullopt;
+    auto fits = cost::largest_output_within(cost, admitted.cost_factor, summary.input_tokens, summary.stream, budget,
+                                            least, admitted.output.tokens);
+    if (!fits) return std::nullopt;
     Admitted capped = admitted;
-    capped.output.per_sequence = fits / summary.sequences;
+    capped.output.per_sequence = *fits / summary.sequences;
     capped.output.tokens = capped.output.per_sequence * summary.sequences;
     capped.output.capped = true;
-    capped.reserved = price(capped.output.tokens);
+    capped.reserved =
+        cost::request_cost(cost, admitted.cost_factor, summary.input_tokens, capped.output.tokens, summary.stream);
     for (auto& charge : capped.charges)
         if (charge.spec->unit == config::Unit::cost) charge.amount = capped.reserved;
     return capped;
