@@ -22,6 +22,7 @@
 #include "tokengate/cost/tokenizer.hpp"
 #include "tokengate/mock/mock_upstream.hpp"
 #include "tokengate/server/gateway.hpp"
+#include "tokengate/tls/context.hpp"
 
 namespace {
 
@@ -34,7 +35,7 @@ usage:
   tokengate serve -c gateway.yaml        run the gateway (also: tokengate -c gateway.yaml)
   tokengate check -c gateway.yaml        validate a config and print a summary
   tokengate hash-key KEY                 print the sha256: form of an API key for the config
-  tokengate mock-upstream --port N [--host H] [--tokens-per-s R]
+  tokengate mock-upstream --port N [--host H] [--tokens-per-s R] [--tls-cert F --tls-key F]
                                          run an OpenAI-compatible fake backend
   tokengate --version
 )";
@@ -65,8 +66,9 @@ int check(const std::string& path) {
     auto cfg = load_or_report(path);
     if (!cfg) return 1;
     std::size_t tokenizers = 0;
-    try {  // a tokenizer file is only known to be good once it is loaded
+    try {  // a tokenizer or a certificate is only known to be good once it is loaded
         tokenizers = cost::Tokenizers::load(*cfg).files();
+        tls::check_files(*cfg);
     } catch (const config::ConfigError& e) {
         std::cerr << e.what() << "\n";
         return 1;
@@ -78,7 +80,8 @@ int check(const std::string& path) {
         keys += t.key_digests.size();
     }
     std::cout << path << ": OK\n"
-              << "  listen     " << cfg->server.host << ":" << cfg->server.port << "\n"
+              << "  listen     " << cfg->server.host << ":" << cfg->server.port << (cfg->server.tls ? " (https)" : "")
+              << "\n"
               << "  upstreams  " << cfg->upstreams.size() << "\n"
               << "  routes     " << cfg->routes.size() << "\n"
               << "  tiers      " << cfg->tiers.size() << "\n"
@@ -119,7 +122,10 @@ int serve(const std::string& path) {
         spdlog::critical("cannot start: {}", e.what());
         return 1;
     }
+    if (cfg->server.tls) spdlog::info("the listener speaks HTTPS, with {}", cfg->server.tls->cert.path);
     spdlog::info("tokengate listening on {}:{}", cfg->server.host, gateway->port());
+    if (gateway->plain_port())
+        spdlog::info("plain http listening on {}:{}", cfg->server.tls->plain_host, gateway->plain_port());
     if (gateway->admin_port()) spdlog::info("admin listening on {}:{}", cfg->admin.host, gateway->admin_port());
 
     // Signals are taken on their own loop so that a busy worker never delays a drain.
@@ -156,6 +162,8 @@ int mock_upstream(const std::vector<std::string>& args) {
         if (auto v = option_value(args, {"--port", "-p"})) options.port = static_cast<std::uint16_t>(std::stoul(*v));
         if (auto v = option_value(args, {"--host"})) options.host = *v;
         if (auto v = option_value(args, {"--tokens-per-s"})) options.tokens_per_s = std::stod(*v);
+        if (auto v = option_value(args, {"--tls-cert"})) options.tls_cert = *v;
+        if (auto v = option_value(args, {"--tls-key"})) options.tls_key = *v;
     } catch (const std::exception&) {
         std::cerr << "mock-upstream: invalid option value\n" << k_usage;
         return 2;

@@ -180,7 +180,7 @@ struct Loader {
     void server(const YAML::Node& n) {
         r.expect_map(n, "server",
                      {"listen", "threads", "max_body_bytes", "max_header_bytes", "max_connections", "timeouts",
-                      "drain_timeout", "trusted_proxies"});
+                      "drain_timeout", "trusted_proxies", "tls"});
         auto& s = config.server;
         if (n["listen"]) {
             auto hp = r.listen(n["listen"], "server.listen");
@@ -209,6 +209,53 @@ struct Loader {
                 s.trusted_proxies.push_back(*cidr);
             }
         }
+        if (n["tls"]) s.tls = server_tls(n["tls"]);
+    }
+
+    ServerTlsConfig server_tls(const YAML::Node& n) {
+        r.expect_map(n, "server.tls", {"cert", "key", "min_version", "alpn", "plain_listen"});
+        ServerTlsConfig t;
+        if (!n["cert"] || !n["key"]) r.fail(n, "server.tls needs both 'cert' and 'key'");
+        t.cert = config_file(n["cert"], "server.tls.cert", "certificate");
+        t.key = config_file(n["key"], "server.tls.key", "key");
+        if (n["min_version"]) {
+            auto v = r.scalar(n["min_version"], "server.tls.min_version");
+            if (v == "1.2") t.min_version = 12;
+            else if (v == "1.3") t.min_version = 13;
+            else r.fail(n["min_version"], "server.tls.min_version must be \"1.2\" or \"1.3\", got '" + v + "'");
+        }
+        if (n["alpn"]) {
+            t.alpn = r.strings(n["alpn"], "server.tls.alpn");
+            for (const auto& p : t.alpn)
+                if (p != "http/1.1")
+                    r.fail(n["alpn"], "server.tls.alpn: the gateway speaks only http/1.1, not '" + p + "'");
+        }
+        if (n["plain_listen"]) {
+            auto hp = r.listen(n["plain_listen"], "server.tls.plain_listen");
+            t.plain = true;
+            t.plain_host = hp.host;
+            t.plain_port = hp.port;
+        }
+        return t;
+    }
+
+    ClientTlsConfig client_tls(const YAML::Node& n, const std::string& what) {
+        r.expect_map(n, what, {"ca_file", "insecure_skip_verify", "client_cert", "client_key"});
+        ClientTlsConfig t;
+        if (n["ca_file"]) t.ca_file = config_file(n["ca_file"], what + ".ca_file", "CA");
+        if (n["insecure_skip_verify"])
+            t.insecure_skip_verify = r.boolean(n["insecure_skip_verify"], what + ".insecure_skip_verify");
+        if (n["client_cert"].IsDefined() != n["client_key"].IsDefined())
+            r.fail(n, what + ": client_cert and client_key go together");
+        if (n["client_cert"]) t.client_cert = config_file(n["client_cert"], what + ".client_cert", "certificate");
+        if (n["client_key"]) t.client_key = config_file(n["client_key"], what + ".client_key", "key");
+        if (t.insecure_skip_verify && !t.ca_file.path.empty())
+            r.fail(n["insecure_skip_verify"], what + ": insecure_skip_verify and ca_file contradict each other");
+        if (t.insecure_skip_verify)
+            r.warn(n["insecure_skip_verify"],
+                   what + ": certificates are not verified; anyone on the path can read " + "and change this traffic",
+                   config);
+        return t;
     }
 
     void admin(const YAML::Node& n) {
@@ -252,12 +299,13 @@ struct Loader {
             else r.fail(n["backend"], "store.backend must be memory or redis, got '" + b + "'");
         }
         if (const auto& rd = n["redis"]) {
-            r.expect_map(rd, "store.redis", {"url", "prefix", "timeout", "pool", "on_error"});
+            r.expect_map(rd, "store.redis", {"url", "prefix", "timeout", "pool", "on_error", "tls"});
             auto& c = config.store.redis;
             if (rd["url"]) {
                 c.url = r.string_of(rd["url"], "store.redis.url");
-                if (c.url.rfind("redis://", 0) != 0)
-                    r.fail(rd["url"], "store.redis.url must start with redis:// (rediss:// is not supported)");
+                c.tls_enabled = c.url.rfind("rediss://", 0) == 0;
+                if (c.url.rfind("redis://", 0) != 0 && !c.tls_enabled)
+                    r.fail(rd["url"], "store.redis.url must start with redis:// or rediss:// (TLS)");
                 if (c.url.find('@') != std::string::npos)
                     r.fail(rd["url"], "store.redis.url must not carry credentials; set TOKENGATE_REDIS_PASSWORD");
             }
@@ -271,6 +319,10 @@ struct Loader {
                 else if (e == "local") c.on_error = OnStoreError::local;
                 else r.fail(rd["on_error"], "store.redis.on_error must be fail_open, fail_closed or local");
             }
+            if (rd["tls"]) {
+                if (!c.tls_enabled) r.fail(rd["tls"], "store.redis.tls applies to a rediss:// url");
+                c.tls = client_tls(rd["tls"], "store.redis.tls");
+            }
         }
     }
 
@@ -278,7 +330,7 @@ struct Loader {
         r.expect_sequence(n, "upstreams");
         if (n.size() == 0) r.fail(n, "upstreams must list at least one upstream");
         for (const auto& u : n) {
-            r.expect_map(u, "upstream", {"name", "url", "api_key_env", "max_connections", "timeouts", "eject"});
+            r.expect_map(u, "upstream", {"name", "url", "api_key_env", "max_connections", "timeouts", "eject", "tls"});
             UpstreamConfig up;
             if (!u["name"]) r.fail(u, "upstream is missing 'name'");
             up.name = r.string_of(u["name"], "upstream name");
@@ -286,6 +338,10 @@ struct Loader {
                 if (other.name == up.name) r.fail(u["name"], "duplicate upstream name '" + up.name + "'");
             if (!u["url"]) r.fail(u, "upstream '" + up.name + "' is missing 'url'");
             parse_url(u["url"], up);
+            if (u["tls"]) {
+                if (!up.https) r.fail(u["tls"], "upstream '" + up.name + "': tls applies to an https:// url");
+                up.tls = client_tls(u["tls"], "upstream '" + up.name + "' tls");
+            }
             if (u["api_key_env"]) {
                 auto env = r.string_of(u["api_key_env"], "api_key_env");
                 if (const char* v = std::getenv(env.c_str()); v && *v) up.api_key = v;
@@ -315,16 +371,17 @@ struct Loader {
     void parse_url(const YAML::Node& node, UpstreamConfig& up) {
         up.url = r.string_of(node, "url");
         std::string_view rest = up.url;
-        if (rest.rfind("https://", 0) == 0) r.fail(node, "https upstreams are not supported; use http://");
-        if (rest.rfind("http://", 0) != 0) r.fail(node, "upstream url must start with http://");
-        rest.remove_prefix(7);
+        up.https = rest.rfind("https://", 0) == 0;
+        if (!up.https && rest.rfind("http://", 0) != 0)
+            r.fail(node, "upstream url must start with http:// or https://");
+        rest.remove_prefix(up.https ? 8 : 7);
         auto slash = rest.find('/');
         auto authority = rest.substr(0, slash);
         up.base_path = slash == std::string_view::npos ? "" : std::string(rest.substr(slash));
         while (!up.base_path.empty() && up.base_path.back() == '/') up.base_path.pop_back();
         if (authority.find(':') == std::string_view::npos || authority.back() == ']') {
             up.host = std::string(authority);
-            up.port = 80;
+            up.port = up.https ? 443 : 80;
         } else {
             auto hp = parse_host_port(authority);
             if (!hp || hp->port == 0) r.fail(node, "invalid upstream url '" + up.url + "'");
@@ -374,6 +431,12 @@ struct Loader {
         if (!std::ifstream(path)) r.fail(n, "cannot read " + std::string(kind) + " file " + path);
         at = {n.Mark().line + 1, n.Mark().column + 1};
         return path;
+    }
+
+    ConfigFile config_file(const YAML::Node& n, const std::string& what, std::string_view kind) {
+        ConfigFile f;
+        f.path = readable_file(n, what, kind, f.at);
+        return f;
     }
 
     /// `{ tile, per_tile, base }` or `{ patch, max_pixels }`.

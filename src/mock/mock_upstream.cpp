@@ -20,7 +20,9 @@
 #include <charconv>
 
 #include "tokengate/cost/cost.hpp"
+#include "tokengate/proxy/timed_stream.hpp"
 #include "tokengate/server/responses.hpp"
+#include "tokengate/tls/context.hpp"
 
 namespace tokengate::mock {
 
@@ -43,6 +45,9 @@ struct Stats {
     std::uint64_t cancelled = 0;
     std::uint64_t prompt_tokens = 0;
     std::uint64_t generation_tokens = 0;
+    std::uint64_t tls_handshakes = 0;
+    std::uint64_t tls_resumed = 0;
+    std::shared_ptr<net::ssl::context> tls;  // set: HTTPS
 };
 
 std::uint64_t header_number(const http::request<http::string_body>& req, std::string_view name,
@@ -220,6 +225,12 @@ public:
         : stream_(std::move(socket)), options_(options), stats_(stats) {}
 
     net::awaitable<void> run() {
+        if (stats_.tls) {
+            auto ec = co_await stream_.tls_accept(stats_.tls, {});
+            if (ec) co_return;
+            ++stats_.tls_handshakes;
+            if (stream_.tls_resumed()) ++stats_.tls_resumed;
+        }
         beast::flat_buffer buffer;
         for (;;) {
             http::request_parser<http::string_body> parser;
@@ -230,6 +241,7 @@ public:
             bool keep = co_await dispatch(req);
             if (!keep || !req.keep_alive()) break;
         }
+        if (stream_.tls()) co_await stream_.tls_close(std::chrono::seconds(1));
         beast::error_code ignored;
         stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
     }
@@ -297,7 +309,10 @@ private:
                 std::to_string(stats_.generation_tokens) +
                 "\n# TYPE mock_requests_total counter\nmock_requests_total " + std::to_string(stats_.requests) +
                 "\n# TYPE mock_cancelled_total counter\nmock_cancelled_total " + std::to_string(stats_.cancelled) +
-                "\n";
+                "\n# TYPE mock_tls_handshakes_total counter\nmock_tls_handshakes_total " +
+                std::to_string(stats_.tls_handshakes) +
+                "\n# TYPE mock_tls_resumed_total counter\nmock_tls_resumed_total " +
+                std::to_string(stats_.tls_resumed) + "\n";
             co_return co_await send(res, keep);
         }
         static constexpr std::array<std::string_view, 7> k_served = {
@@ -368,7 +383,7 @@ private:
         co_return !lec;
     }
 
-    beast::tcp_stream stream_;
+    proxy::TimedStream stream_;
     const MockOptions& options_;
     Stats& stats_;
 };
@@ -398,11 +413,17 @@ int run_mock_upstream(const MockOptions& options) {
     acceptor.bind(endpoint);
     acceptor.listen(net::socket_base::max_listen_connections);
     Stats stats;
+    if (!options.tls_cert.empty() || !options.tls_key.empty()) {
+        config::ServerTlsConfig tls;
+        tls.cert.path = options.tls_cert;
+        tls.key.path = options.tls_key;
+        stats.tls = tls::make_server_context(tls, "mock-upstream");
+    }
     net::signal_set signals(ioc, SIGINT, SIGTERM);
     signals.async_wait([&](const beast::error_code&, int) { ioc.stop(); });
     net::co_spawn(ioc, accept_loop(acceptor, options, stats), net::detached);
-    spdlog::info("mock upstream listening on {}:{} ({} tokens/s)", options.host, acceptor.local_endpoint().port(),
-                 options.tokens_per_s);
+    spdlog::info("mock upstream listening on {}:{} ({} tokens/s{})", options.host, acceptor.local_endpoint().port(),
+                 options.tokens_per_s, stats.tls ? ", https" : "");
     ioc.run();
     return 0;
 }

@@ -65,6 +65,8 @@ net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& heal
     std::optional<http::response_parser<http::buffer_body>> parser;
     for (int attempt = 0;; ++attempt) {
         auto acquired = co_await pool.acquire(attempt > 0);
+        result.tls.count(acquired.handshake);
+        if (!acquired.tls_failure.empty()) result.tls.failure = std::move(acquired.tls_failure);
         if (watch.client_gone) {
             if (acquired.connection) pool.release(std::move(acquired.connection), false);
             result.outcome = ForwardOutcome::client_gone;

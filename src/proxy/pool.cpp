@@ -6,6 +6,8 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "tokengate/tls/context.hpp"
+
 namespace tokengate::proxy {
 
 namespace {
@@ -15,6 +17,7 @@ constexpr auto k_use = net::as_tuple(net::use_awaitable);
 /// means the upstream sent something no request asked for (a second response, a late body),
 /// which the next request would take as its own answer: another tenant's response.
 bool unusable(TimedStream& stream) {
+    if (stream.tls_unread()) return true;  // the same, already inside the TLS layer
     char byte;
     auto fd = stream.socket().native_handle();
     ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
@@ -30,11 +33,17 @@ bool UpstreamHealth::record_failure(const config::UpstreamConfig& config, core::
     return true;
 }
 
-ConnectionPool::ConnectionPool(net::any_io_executor ex, config::UpstreamConfig config, std::size_t max_open)
-    : ex_(std::move(ex)), config_(std::move(config)), max_open_(std::max<std::size_t>(1, max_open)) {}
+ConnectionPool::ConnectionPool(net::any_io_executor ex, config::UpstreamConfig config, std::size_t max_open,
+                               std::shared_ptr<tls::ClientContext> tls)
+    : ex_(std::move(ex)),
+      config_(std::move(config)),
+      tls_(std::move(tls)),
+      max_open_(std::max<std::size_t>(1, max_open)) {}
 
-void ConnectionPool::update_config(config::UpstreamConfig config, std::size_t max_open) {
+void ConnectionPool::update_config(config::UpstreamConfig config, std::size_t max_open,
+                                   std::shared_ptr<tls::ClientContext> tls) {
     config_ = std::move(config);
+    tls_ = std::move(tls);
     max_open_ = std::max<std::size_t>(1, max_open);
     open_ -= idle_.size();  // a changed address must not reuse old connections
     idle_.clear();
@@ -86,7 +95,17 @@ net::awaitable<ConnectionPool::Acquired> ConnectionPool::connect() {
         co_return Acquired{ec, nullptr};
     }
     conn->stream.socket().set_option(net::ip::tcp::no_delay(true));
-    co_return Acquired{{}, std::move(conn)};
+    if (!tls_) co_return Acquired{{}, std::move(conn)};
+    // The handshake shares the connect deadline: both are "could we reach it at all".
+    bool resumed = false;
+    auto hec = co_await conn->stream.tls_connect(tls_, config_.host, resumed);
+    if (hec) {
+        Acquired failed{hec, nullptr, false, Handshake::failed, conn->stream.tls_failure(hec)};
+        --open_;
+        wake_one();
+        co_return failed;
+    }
+    co_return Acquired{{}, std::move(conn), false, resumed ? Handshake::resumed : Handshake::full, {}};
 }
 
 void ConnectionPool::release(std::unique_ptr<UpstreamConnection> connection, bool reusable) {

@@ -5,10 +5,13 @@
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/write.hpp>
 
 #include <charconv>
 #include <stdexcept>
+
+#include "tokengate/tls/context.hpp"
 
 namespace tokengate::redis {
 
@@ -16,12 +19,14 @@ namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
 Endpoint Endpoint::parse(std::string_view url) {
-    constexpr std::string_view scheme = "redis://";
-    if (url.substr(0, scheme.size()) != scheme) throw std::invalid_argument("the URL must start with redis://");
+    Endpoint e;
+    e.tls = url.starts_with("rediss://");
+    std::string_view scheme = e.tls ? "rediss://" : "redis://";
+    if (url.substr(0, scheme.size()) != scheme)
+        throw std::invalid_argument("the URL must start with redis:// or rediss://");
     auto rest = url.substr(scheme.size());
     if (rest.find('@') != std::string_view::npos)
         throw std::invalid_argument("put the password in TOKENGATE_REDIS_PASSWORD, not in the URL");
-    Endpoint e;
     auto slash = rest.find('/');
     auto authority = rest.substr(0, slash);
     if (slash != std::string_view::npos) {
@@ -112,14 +117,20 @@ ReplyReader::Next ReplyReader::next(Reply& out) {
 
 std::string_view ReplyReader::error() const { return static_cast<const redisReader*>(reader_)->errstr; }
 
+struct Connection::TlsSession {
+    TlsSession(tcp::socket& socket, tls::ClientContext& context) : stream(socket, context.context()) {}
+    net::ssl::stream<tcp::socket&> stream;
+};
+
 Connection::Connection(net::any_io_executor ex, Endpoint endpoint, std::vector<std::vector<std::string>> handshake,
-                       StateHandler on_state)
+                       StateHandler on_state, std::shared_ptr<tls::ClientContext> tls)
     : ex_(ex),
       endpoint_(std::move(endpoint)),
       handshake_(std::move(handshake)),
       on_state_(std::move(on_state)),
       resolver_(ex),
       socket_(ex),
+      tls_context_(std::move(tls)),
       retry_timer_(ex),
       read_buffer_(16 * 1024) {}
 
@@ -151,9 +162,36 @@ void Connection::connect() {
                     self->fail("connect: " + ec.message());
                     return;
                 }
+                if (self->tls_context_) return self->start_tls();
                 self->on_connected();
             });
         });
+}
+
+/// rediss://: the handshake, bounded like a command (a server that accepts the TCP
+/// connection and then says nothing must not hold the connection forever).
+void Connection::start_tls() {
+    auto gen = generation_;
+    tls_ = std::make_shared<TlsSession>(socket_, *tls_context_);
+    tls_context_->prepare(tls_->stream.native_handle(), endpoint_.host);
+    retry_timer_.expires_after(std::chrono::seconds(5));
+    retry_timer_.async_wait([self = shared_from_this(), gen](boost::system::error_code ec) {
+        if (!ec && gen == self->generation_ && !self->connected_) {
+            boost::system::error_code ignored;
+            self->socket_.close(ignored);  // the handshake ends with an error, reported below
+        }
+    });
+    tls_->stream.async_handshake(net::ssl::stream_base::client,
+                                 [self = shared_from_this(), gen, keep = tls_](boost::system::error_code ec) {
+                                     if (gen != self->generation_ || self->stopped_) return;
+                                     self->retry_timer_.cancel();
+                                     if (ec) {
+                                         auto why = tls::failure_reason(ec, keep->stream.native_handle());
+                                         self->fail("TLS handshake: " + why);
+                                         return;
+                                     }
+                                     self->on_connected();
+                                 });
 }
 
 void Connection::on_connected() {
@@ -210,22 +248,23 @@ void Connection::flush() {
     write_in_flight_ = true;
     writing_.swap(outgoing_);
     outgoing_.clear();
-    net::async_write(socket_, net::buffer(writing_),
-                     [self = shared_from_this(), gen = generation_](boost::system::error_code ec, std::size_t) {
-                         if (gen != self->generation_) return;
-                         self->write_in_flight_ = false;
-                         self->writing_.clear();
-                         if (ec) {
-                             self->fail("write: " + ec.message());
-                             return;
-                         }
-                         self->flush();
-                     });
+    auto done = [self = shared_from_this(), gen = generation_, keep = tls_](boost::system::error_code ec, std::size_t) {
+        if (gen != self->generation_) return;
+        self->write_in_flight_ = false;
+        self->writing_.clear();
+        if (ec) {
+            self->fail("write: " + ec.message());
+            return;
+        }
+        self->flush();
+    };
+    if (tls_) net::async_write(tls_->stream, net::buffer(writing_), std::move(done));
+    else net::async_write(socket_, net::buffer(writing_), std::move(done));
 }
 
 void Connection::read() {
-    socket_.async_read_some(net::buffer(read_buffer_), [self = shared_from_this(), gen = generation_](
-                                                           boost::system::error_code ec, std::size_t n) {
+    auto done = [self = shared_from_this(), gen = generation_, keep = tls_](boost::system::error_code ec,
+                                                                            std::size_t n) {
         if (gen != self->generation_) return;
         if (ec) {
             self->fail(ec == net::error::eof ? "closed by the server" : "read: " + ec.message());
@@ -245,7 +284,9 @@ void Connection::read() {
             if (gen != self->generation_) return;  // the callback failed the connection
         }
         self->read();
-    });
+    };
+    if (tls_) tls_->stream.async_read_some(net::buffer(read_buffer_), std::move(done));
+    else socket_.async_read_some(net::buffer(read_buffer_), std::move(done));
 }
 
 void Connection::fail(const std::string& why) {

@@ -120,12 +120,14 @@ void RedisStore::attach(net::any_io_executor ex, unsigned connections) {
     auto* raw = client.get();
     for (unsigned i = 0; i < std::max(1u, connections); ++i) {
         client->connections.push_back(std::make_shared<Connection>(
-            ex, endpoint_, handshake, [this, raw](bool ready, const std::vector<Reply>& replies) {
+            ex, endpoint_, handshake,
+            [this, raw](bool ready, const std::vector<Reply>& replies) {
                 if (ready && !replies.empty() && replies.back().type == Reply::Type::string)
                     raw->sha = replies.back().str;
                 if (ready) ++ready_connections_;
                 else --ready_connections_;
-            }));
+            },
+            options_.tls));
     }
     {
         std::lock_guard lock(clients_mutex_);

@@ -41,19 +41,19 @@ public:
             config->server.threads ? config->server.threads : std::max(1u, std::thread::hardware_concurrency());
         auto address = net::ip::make_address(config->server.host);
         net::ip::tcp::endpoint endpoint{address, config->server.port};
+        const auto& tls = config->server.tls;
+        std::optional<net::ip::tcp::endpoint> plain;
+        if (tls && tls->plain) plain.emplace(net::ip::make_address(tls->plain_host), tls->plain_port);
         for (unsigned i = 0; i < threads; ++i) {
             auto w = std::make_unique<Worker>(services_);
             w->worker_count = threads;
-            auto& acc = w->acceptor.emplace(w->ioc);
-            acc.open(endpoint.protocol());
-            acc.set_option(net::socket_base::reuse_address(true));
-            acc.set_option(reuse_port(true));
-            acc.bind(endpoint);
-            acc.listen(net::socket_base::max_listen_connections);
-            endpoint = acc.local_endpoint();  // port 0: every worker shares the port the first got
+            // port 0: every worker shares the port the first got
+            endpoint = listen_on(w->acceptor.emplace(w->ioc), endpoint);
+            if (plain) plain = listen_on(w->plain_acceptor.emplace(w->ioc), *plain);
             workers_.push_back(std::move(w));
         }
         port_ = endpoint.port();
+        if (plain) plain_port_ = plain->port();
         if (config->admin.enabled) {
             net::ip::tcp::endpoint admin{net::ip::make_address(config->admin.host), config->admin.port};
             auto& acc = admin_acceptor_.emplace(workers_.front()->ioc);
@@ -68,7 +68,11 @@ public:
     }
 
     void run() override {
-        for (auto& w : workers_) net::co_spawn(w->ioc, accept_loop(*w), log_exception);
+        bool tls = services_.runtime.get()->server_tls != nullptr;
+        for (auto& w : workers_) {
+            net::co_spawn(w->ioc, accept_loop(*w, *w->acceptor, tls), log_exception);
+            if (w->plain_acceptor) net::co_spawn(w->ioc, accept_loop(*w, *w->plain_acceptor, false), log_exception);
+        }
         if (admin_acceptor_) net::co_spawn(workers_.front()->ioc, admin_accept_loop(), log_exception);
         net::co_spawn(workers_.front()->ioc, evict_idle_buckets(*workers_.front()), net::detached);
         std::vector<std::thread> threads;
@@ -86,6 +90,7 @@ public:
             net::post(w->ioc, [w = w.get()] {
                 beast::error_code ignored;
                 if (w->acceptor) w->acceptor->close(ignored);
+                if (w->plain_acceptor) w->plain_acceptor->close(ignored);
                 for (auto [stream, idle] : w->client_connections)
                     if (*idle) stream->cancel();
             });
@@ -104,6 +109,14 @@ public:
         if (config->server.host != previous->config->server.host ||
             config->server.port != previous->config->server.port)
             spdlog::warn("reload: server.listen changed; it takes effect only at restart");
+        // The listeners were opened for one protocol; a certificate can change, the protocol not.
+        const auto& was_tls = previous->config->server.tls;
+        if (config->server.tls.has_value() != was_tls.has_value())
+            throw std::runtime_error("server.tls cannot be turned on or off by a reload; restart the gateway");
+        if (config->server.tls &&
+            (config->server.tls->plain != was_tls->plain || config->server.tls->plain_port != was_tls->plain_port ||
+             config->server.tls->plain_host != was_tls->plain_host))
+            spdlog::warn("reload: server.tls.plain_listen changed; it takes effect only at restart");
         const auto& was = previous->config->store;
         if (store_changed(was, config->store))
             spdlog::warn("reload: store backend, URL and pool take effect only at restart");
@@ -129,6 +142,7 @@ public:
 
     unsigned short port() const override { return port_; }
     unsigned short admin_port() const override { return admin_port_; }
+    unsigned short plain_port() const override { return plain_port_; }
 
 private:
     static void run_worker(Worker& w) {
@@ -142,12 +156,21 @@ private:
         }
     }
 
-    net::awaitable<void> accept_loop(Worker& w) {
+    static net::ip::tcp::endpoint listen_on(net::ip::tcp::acceptor& acc, const net::ip::tcp::endpoint& endpoint) {
+        acc.open(endpoint.protocol());
+        acc.set_option(net::socket_base::reuse_address(true));
+        acc.set_option(reuse_port(true));
+        acc.bind(endpoint);
+        acc.listen(net::socket_base::max_listen_connections);
+        return acc.local_endpoint();
+    }
+
+    net::awaitable<void> accept_loop(Worker& w, net::ip::tcp::acceptor& acceptor, bool tls) {
         co_await wait_for_store(w);
         for (;;) {
-            auto [ec, socket] = co_await w.acceptor->async_accept(k_use);
+            auto [ec, socket] = co_await acceptor.async_accept(k_use);
             if (ec) {
-                if (!w.acceptor->is_open() || services_.draining.load()) co_return;
+                if (!acceptor.is_open() || services_.draining.load()) co_return;
                 // Out of descriptors and the like: back off briefly rather than spin.
                 net::steady_timer pause(w.ioc, std::chrono::milliseconds(20));
                 co_await pause.async_wait(k_use);
@@ -170,7 +193,7 @@ private:
                 socket.close(ignored);
                 continue;
             }
-            net::co_spawn(w.ioc, serve_connection(std::move(socket), w), log_exception);
+            net::co_spawn(w.ioc, serve_connection(std::move(socket), w, tls), log_exception);
         }
     }
 
@@ -229,6 +252,7 @@ private:
     std::vector<std::unique_ptr<Worker>> workers_;
     unsigned short port_ = 0;
     unsigned short admin_port_ = 0;
+    unsigned short plain_port_ = 0;
     std::optional<net::ip::tcp::acceptor> admin_acceptor_;
     std::atomic<bool> stopping_{false};
 };

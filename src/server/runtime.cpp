@@ -1,17 +1,27 @@
 #include "tokengate/server/runtime.hpp"
 
+#include "tokengate/tls/context.hpp"
+
 namespace tokengate::server {
 
 Runtime::Runtime(std::shared_ptr<const config::GatewayConfig> cfg, const Runtime* previous)
     : config(std::move(cfg)), keys(*config) {
     for (const auto& up : config->upstreams) {
         std::shared_ptr<proxy::UpstreamHealth> kept;
+        std::shared_ptr<tls::ClientContext> kept_tls;
         if (previous)
-            for (std::size_t i = 0; i < previous->config->upstreams.size(); ++i)
-                if (previous->config->upstreams[i].name == up.name) kept = previous->health[i];
+            for (std::size_t i = 0; i < previous->config->upstreams.size(); ++i) {
+                const auto& was = previous->config->upstreams[i];
+                if (was.name != up.name) continue;
+                kept = previous->health[i];
+                if (was.url == up.url && was.tls == up.tls) kept_tls = previous->upstream_tls[i];
+            }
         health.push_back(kept ? kept : std::make_shared<proxy::UpstreamHealth>());
+        if (up.https && !kept_tls) kept_tls = std::make_shared<tls::ClientContext>(up.tls, config->source_path);
+        upstream_tls.push_back(up.https ? kept_tls : nullptr);
     }
     tokenizers = cost::Tokenizers::load(*config, previous ? &previous->tokenizers : nullptr);
+    if (config->server.tls) server_tls = tls::make_server_context(*config->server.tls, config->source_path);
 }
 
 }  // namespace tokengate::server

@@ -1,5 +1,7 @@
 #include "services.hpp"
 
+#include "tokengate/tls/context.hpp"
+
 #include <spdlog/spdlog.h>
 
 namespace tokengate::server {
@@ -40,7 +42,16 @@ GatewayMetrics::GatewayMetrics(metrics::Registry& r)
                               "Requests admitted with a lowered output limit instead of a 429 (cost.cap_output).",
                               {"tenant"})),
       streams_stopped(r.counter("tokengate_streams_stopped_total",
-                                "Streams ended at the tenant's budget (cost.stop_at_budget).", {"tenant"})) {
+                                "Streams ended at the tenant's budget (cost.stop_at_budget).", {"tenant"})),
+      tls_handshakes(
+          r.counter("tokengate_tls_handshakes_total", "Client TLS handshakes completed, by version.", {"version"})),
+      tls_handshake_failures(r.counter("tokengate_tls_handshake_failures_total",
+                                       "Client TLS handshakes that failed, by reason (plain_http, timeout, "
+                                       "closed, protocol).",
+                                       {"reason"})),
+      upstream_tls_handshakes(r.counter("tokengate_upstream_tls_handshakes_total",
+                                        "TLS handshakes with https upstreams: full, resumed or failed.",
+                                        {"upstream", "result"})) {
     // The model label is the client's string: per tenant, the first 64 models get series of
     // their own, later ones share "_other".
     tokens.limit_values_per(0, 1, 64);
@@ -64,12 +75,14 @@ void Worker::flush_access_log() {
     access_batch.clear();
 }
 
-proxy::ConnectionPool& Worker::pool_for(const config::UpstreamConfig& upstream, std::size_t workers) {
+proxy::ConnectionPool& Worker::pool_for(const config::UpstreamConfig& upstream, std::size_t workers,
+                                        const std::shared_ptr<tls::ClientContext>& tls) {
     auto per_worker = (upstream.max_connections + workers - 1) / workers;
     auto& pool = pools[upstream.name];
-    if (!pool) pool = std::make_unique<proxy::ConnectionPool>(ioc.get_executor(), upstream, per_worker);
-    else if (pool->config().url != upstream.url || pool->config().api_key != upstream.api_key)
-        pool->update_config(upstream, per_worker);
+    if (!pool) pool = std::make_unique<proxy::ConnectionPool>(ioc.get_executor(), upstream, per_worker, tls);
+    else if (pool->config().url != upstream.url || pool->config().api_key != upstream.api_key ||
+             pool->tls() != tls.get())
+        pool->update_config(upstream, per_worker, tls);
     return *pool;
 }
 

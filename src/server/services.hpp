@@ -13,6 +13,7 @@
 #include <span>
 #include <unordered_map>
 
+#include "log_throttle.hpp"
 #include "tokengate/core/clock.hpp"
 #include "tokengate/cost/output_history.hpp"
 #include "tokengate/metrics/registry.hpp"
@@ -49,6 +50,9 @@ struct GatewayMetrics {
     metrics::Family& config_reloads;
     metrics::Family& output_capped;
     metrics::Family& streams_stopped;
+    metrics::Family& tls_handshakes;
+    metrics::Family& tls_handshake_failures;
+    metrics::Family& upstream_tls_handshakes;
 };
 
 /// Shared by every worker thread.
@@ -66,7 +70,9 @@ struct Services {
     std::atomic<std::uint64_t> open_connections{0};
     metrics::Registry registry;
     GatewayMetrics metrics;
-    cost::OutputHistory output_history;  // settled output per (tenant, model), across reloads
+    cost::OutputHistory output_history;                      // settled output per (tenant, model), across reloads
+    LogThrottle handshake_log{std::chrono::seconds(60)};     // a client's failed TLS handshakes, per address
+    LogThrottle upstream_tls_log{std::chrono::seconds(10)};  // an https upstream's, per upstream
     // Last, so it goes first: a store that reports to the metrics never outlives them.
     std::unique_ptr<store::Store> store;  // built by make_store once the event loops exist
 };
@@ -76,7 +82,8 @@ struct Worker {
     explicit Worker(Services& s) : services(s), ioc(1), access_flush_timer(ioc) {}
 
     /// This worker's pool for an upstream, created (or re-pointed after a reload) on demand.
-    proxy::ConnectionPool& pool_for(const config::UpstreamConfig& upstream, std::size_t workers);
+    proxy::ConnectionPool& pool_for(const config::UpstreamConfig& upstream, std::size_t workers,
+                                    const std::shared_ptr<tls::ClientContext>& tls);
     /// Where the next access-log line is written, straight into the batch; lines leave in
     /// batches (see flush_access_log). Call access_line_written() after each.
     std::string& next_access_line() {
@@ -90,6 +97,7 @@ struct Worker {
     Services& services;
     net::io_context ioc;
     std::optional<net::ip::tcp::acceptor> acceptor;
+    std::optional<net::ip::tcp::acceptor> plain_acceptor;  // beside a TLS listener (server.tls.plain_listen)
     std::unordered_map<std::string, std::unique_ptr<proxy::ConnectionPool>> pools;
     /// Every client connection with its "between requests" flag: a drain closes the idle ones
     /// at once. Registered once per connection, not per request.
@@ -111,7 +119,8 @@ std::unique_ptr<store::Store> make_store(const config::GatewayConfig& config, co
 /// Whether a reload changes the store in a way only a restart applies.
 bool store_changed(const config::StoreConfig& was, const config::StoreConfig& now);
 
-net::awaitable<void> serve_connection(net::ip::tcp::socket socket, Worker& worker);
+/// `tls`: the listener's context when the connection came to the TLS listener.
+net::awaitable<void> serve_connection(net::ip::tcp::socket socket, Worker& worker, bool tls);
 net::awaitable<void> serve_admin_connection(net::ip::tcp::socket socket, Services& services);
 
 }  // namespace tokengate::server

@@ -33,11 +33,12 @@ std::chrono::nanoseconds ns(Nanos n) { return std::chrono::nanoseconds(n); }
 
 class Session {
 public:
-    Session(tcp::socket socket, Worker& worker)
+    Session(tcp::socket socket, Worker& worker, bool tls)
         : worker_(worker),
           services_(worker.services),
           stream_(std::move(socket)),
-          watcher_exited_(stream_.get_executor()) {
+          watcher_exited_(stream_.get_executor()),
+          tls_listener_(tls) {
         beast::error_code ec;
         auto endpoint = stream_.socket().remote_endpoint(ec);
         peer_ = ec ? "0.0.0.0" : proxy::address_text(endpoint.address());
@@ -49,6 +50,11 @@ public:
     Session& operator=(const Session&) = delete;
 
     net::awaitable<void> run() {
+        if (tls_listener_ && !co_await start_tls()) {
+            beast::error_code ignored;
+            stream_.socket().close(ignored);
+            co_return;
+        }
         for (;;) {
             auto rt = services_.runtime.get();
             const auto& server = rt->config->server;
@@ -90,12 +96,45 @@ public:
             bool keep_alive = co_await handle(request, rt);
             if (!keep_alive) break;
         }
+        if (stream_.tls()) co_await stream_.tls_close(std::chrono::seconds(1));
         beast::error_code ignored;
         stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
         stream_.socket().close(ignored);
     }
 
 private:
+    /// The TLS listener's first step, under the header timeout: the client's first bytes, then
+    /// the handshake. Plain HTTP (its first byte cannot start a TLS record) gets a plain 400,
+    /// as nginx answers it; any failure is counted, and logged once per address per minute.
+    net::awaitable<bool> start_tls() {
+        auto rt = services_.runtime.get();
+        stream_.expires_after(ns(rt->config->server.header_timeout));
+        auto [ec, n] = co_await stream_.async_read_some(buffer_.prepare(4096), k_use);
+        if (ec) co_return handshake_failed(ec == beast::error::timeout ? "timeout" : "closed", ec.message());
+        buffer_.commit(n);
+        constexpr unsigned char k_handshake_record = 0x16;
+        if (static_cast<const unsigned char*>(buffer_.data().data())[0] != k_handshake_record) {
+            co_await send_error(http::status::bad_request, "plain_http_to_https_port",
+                                "This port speaks HTTPS; the request was plain HTTP.");
+            co_return handshake_failed("plain_http", "plain HTTP sent to the HTTPS port");
+        }
+        auto hec = co_await stream_.tls_accept(rt->server_tls, buffer_.data());
+        buffer_.consume(buffer_.size());
+        if (hec)
+            co_return handshake_failed(hec == beast::error::timeout ? "timeout" : "protocol", stream_.tls_failure(hec));
+        services_.metrics.tls_handshakes.add({stream_.tls_version()});
+        co_return true;
+    }
+
+    bool handshake_failed(std::string_view reason, const std::string& detail) {
+        services_.metrics.tls_handshake_failures.add({reason});
+        std::uint64_t held_back = 0;
+        if (services_.handshake_log.allow(peer_, LogThrottle::clock::now(), held_back))
+            spdlog::warn("TLS handshake from {} failed ({}): {}; {} more from it since the last report", peer_, reason,
+                         detail, held_back);
+        return false;
+    }
+
     using Progress = proxy::RequestReader::Progress;
 
     /// How an answer goes back: the request's HTTP version, and whether the connection stays.
@@ -139,7 +178,7 @@ private:
     /// A plain completion handler, not a coroutine: it runs for every forwarded request.
     void watch_client() {
         if (buffer_.size() >= k_max_pipelined_bytes) return watcher_done();
-        stream_.socket().async_read_some(buffer_.prepare(4096), [this](beast::error_code ec, std::size_t n) {
+        stream_.async_watch_read(buffer_.prepare(4096), [this](beast::error_code ec, std::size_t n) {
             if (ec) {
                 if (!watch_.finished && ec != net::error::operation_aborted) {
                     watch_.client_gone = true;
@@ -272,14 +311,15 @@ private:
     proxy::ExchangeWatch watch_;        // shared with the watcher during a forward
     net::steady_timer watcher_exited_;  // cancelled when the watcher ends
     bool watch_exited_ = true;
+    bool tls_listener_;
 };
 
 }  // namespace
 
-net::awaitable<void> serve_connection(tcp::socket socket, Worker& worker) {
+net::awaitable<void> serve_connection(tcp::socket socket, Worker& worker, bool tls) {
     worker.services.open_connections.fetch_add(1);
     {
-        Session session(std::move(socket), worker);
+        Session session(std::move(socket), worker, tls);
         co_await session.run();
     }
     worker.services.open_connections.fetch_sub(1);

@@ -2,6 +2,7 @@
 
 #include "services.hpp"
 #include "tokengate/redis/redis_store.hpp"
+#include "tokengate/tls/context.hpp"
 
 namespace tokengate::server {
 
@@ -40,7 +41,9 @@ std::unique_ptr<store::Store> make_store(const config::GatewayConfig& config, co
                                          std::span<const std::unique_ptr<Worker>> workers) {
     if (config.store.backend == config::StoreBackend::memory) return std::make_unique<store::LocalStore>(clock);
     const auto& rc = config.store.redis;
-    auto redis = std::make_unique<redis::RedisStore>(redis::options_from_env(rc), clock, redis_metrics(registry));
+    auto options = redis::options_from_env(rc);
+    if (rc.tls_enabled) options.tls = std::make_shared<tls::ClientContext>(rc.tls, config.source_path);
+    auto redis = std::make_unique<redis::RedisStore>(std::move(options), clock, redis_metrics(registry));
     // store.redis.pool connections in all, split over the workers' event loops.
     auto count = static_cast<unsigned>(workers.size());
     unsigned per_worker = std::max(1u, (rc.pool + count - 1) / count);
@@ -50,7 +53,8 @@ std::unique_ptr<store::Store> make_store(const config::GatewayConfig& config, co
 }
 
 bool store_changed(const config::StoreConfig& was, const config::StoreConfig& now) {
-    return now.backend != was.backend || now.redis.url != was.redis.url || now.redis.pool != was.redis.pool;
+    return now.backend != was.backend || now.redis.url != was.redis.url || now.redis.pool != was.redis.pool ||
+           now.redis.tls != was.redis.tls;
 }
 
 }  // namespace tokengate::server

@@ -347,7 +347,8 @@ static void replace_all(std::string& s, const std::string& from, const std::stri
 
 GatewayUnderTest::GatewayUnderTest(const std::string& config_body, const std::string& server_extra,
                                    double mock_tokens_per_s, const std::string& upstream_extra,
-                                   const std::vector<std::string>& launcher)
+                                   const std::vector<std::string>& launcher,
+                                   const std::optional<std::pair<std::string, std::string>>& mock_tls)
     : port_(free_port()), mock_port_(free_port()), admin_port_(free_port()) {
     ::setenv("TOKENGATE_TEST_ADMIN_TOKEN", admin_token, 1);
     // A port from free_port() is free only when it is asked for: another test's process (or
@@ -356,9 +357,13 @@ GatewayUnderTest::GatewayUnderTest(const std::string& config_body, const std::st
     // race, tries again on fresh ports.
     auto lost_the_port = [](const std::string& log) { return log.find("Address already in use") != std::string::npos; };
     for (int attempt = 1;; ++attempt) {
-        mock_.emplace(std::vector<std::string>{gateway_binary(), "mock-upstream", "--port", std::to_string(mock_port_),
-                                               "--tokens-per-s", std::to_string(mock_tokens_per_s)},
-                      dir_.path() + "/mock.log");
+        std::vector<std::string> mock_command{gateway_binary(), "mock-upstream",
+                                              "--port",         std::to_string(mock_port_),
+                                              "--tokens-per-s", std::to_string(mock_tokens_per_s)};
+        if (mock_tls)
+            for (const auto& a : {"--tls-cert", mock_tls->first.c_str(), "--tls-key", mock_tls->second.c_str()})
+                mock_command.push_back(a);
+        mock_.emplace(mock_command, dir_.path() + "/mock.log");
         if (wait_for_output(*mock_, dir_.path() + "/mock.log",
                             "listening on 127.0.0.1:" + std::to_string(mock_port_) + " "))
             break;
@@ -374,7 +379,8 @@ GatewayUnderTest::GatewayUnderTest(const std::string& config_body, const std::st
                        "upstreams:\n"
                        "  - name: mock\n    url: {UPSTREAM}\n" +
                        upstream_extra + "  - name: dead\n    url: {DEAD}\n    timeouts: { connect: 1s }\n";
-        replace_all(config_head_, "{UPSTREAM}", "http://127.0.0.1:" + std::to_string(mock_port_));
+        replace_all(config_head_, "{UPSTREAM}",
+                    (mock_tls ? "https://localhost:" : "http://127.0.0.1:") + std::to_string(mock_port_));
         replace_all(config_head_, "{DEAD}", dead);
         rewrite_config(config_body);
         std::vector<std::string> command = launcher;
@@ -415,7 +421,8 @@ const char* k_redis_server = "/usr/bin/redis-server";
 
 bool RedisServer::available() { return ::access(k_redis_server, X_OK) == 0; }
 
-RedisServer::RedisServer(std::vector<std::string> extra) : port_(free_port()), extra_(std::move(extra)) {
+RedisServer::RedisServer(std::vector<std::string> extra, std::optional<Tls> tls)
+    : port_(free_port()), extra_(std::move(extra)), tls_(std::move(tls)) {
     // As for the gateway: a port from free_port() can be taken before redis-server binds it.
     for (int attempt = 1;; ++attempt) {
         try {
@@ -436,6 +443,13 @@ void RedisServer::start() {
     std::vector<std::string> args{
         k_redis_server, "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save",   "",
         "--appendonly", "no",     "--daemonize",         "no",     "--dir",     dir_.path()};
+    if (tls_) {  // the TLS port only: a plain connection must not reach it
+        args[2] = "0";
+        std::vector<std::string> tls{
+            "--tls-port", std::to_string(port_), "--tls-cert-file", tls_->cert,           "--tls-key-file",
+            tls_->key,    "--tls-ca-cert-file",  tls_->ca,          "--tls-auth-clients", "no"};
+        args.insert(args.end(), tls.begin(), tls.end());
+    }
     args.insert(args.end(), extra_.begin(), extra_.end());
     process_.emplace(args, dir_.path() + "/redis.log");
     // Printed only once it listens (a port another process took makes it exit instead).

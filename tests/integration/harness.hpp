@@ -125,12 +125,18 @@ double metric_total(const std::string& metrics, const std::string& name);
 /// redis-server is not installed, unless TOKENGATE_REQUIRE_REDIS=1 (CI) makes that a failure.
 class RedisServer {
 public:
+    /// TLS only (rediss://), with these files; clients are not asked for certificates.
+    struct Tls {
+        std::string cert, key, ca;
+    };
     /// `extra` goes on redis-server's command line (e.g. --requirepass).
-    explicit RedisServer(std::vector<std::string> extra = {});
+    explicit RedisServer(std::vector<std::string> extra = {}, std::optional<Tls> tls = {});
     ~RedisServer();
     static bool available();
     unsigned short port() const { return port_; }
-    std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_) + "/0"; }
+    std::string url() const {
+        return (tls_ ? "rediss://localhost:" : "redis://127.0.0.1:") + std::to_string(port_) + "/0";
+    }
     /// Kills it (SIGKILL) / starts it again on the same port, empty.
     void kill();
     void start();
@@ -145,6 +151,7 @@ private:
     TempDir dir_;  // declared first: removed only after the process has stopped
     unsigned short port_;
     std::vector<std::string> extra_;
+    std::optional<Tls> tls_;
     std::optional<Process> process_;
 };
 
@@ -157,9 +164,12 @@ public:
     /// `config_body` may use {UPSTREAM} (the mock's URL) and {DEAD} (a URL nothing listens on);
     /// it is everything after `server:`/`upstreams:` — i.e. routes, tiers, tenants, limits.
     /// `launcher` is put before the binary's path (e.g. faketime to skew its clocks).
+    /// `mock_tls`: the mock speaks HTTPS with this certificate and key, and {UPSTREAM} is
+    /// https://localhost:port.
     explicit GatewayUnderTest(const std::string& config_body, const std::string& server_extra = "",
                               double mock_tokens_per_s = 1000, const std::string& upstream_extra = "",
-                              const std::vector<std::string>& launcher = {});
+                              const std::vector<std::string>& launcher = {},
+                              const std::optional<std::pair<std::string, std::string>>& mock_tls = {});
     unsigned short port() const { return port_; }
     unsigned short mock_port() const { return mock_port_; }
     unsigned short admin_port() const { return admin_port_; }

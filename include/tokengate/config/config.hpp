@@ -41,6 +41,43 @@ struct LimitSpec {
     std::vector<std::string> models;  // glob patterns; empty = every model
 };
 
+/// Where a key was written (1-based), for errors found after loading, such as a tokenizer
+/// file that does not parse or a certificate that has expired: "source_path:line:column".
+struct KeyPosition {
+    int line = 1;
+    int column = 1;
+    bool operator==(const KeyPosition&) const = default;
+};
+
+/// A file named by the config, with where it was named (paths are absolute by then).
+struct ConfigFile {
+    std::string path;  // empty: not given
+    KeyPosition at;
+    bool operator==(const ConfigFile&) const = default;
+};
+
+/// TLS towards a server the gateway connects to: an https:// upstream, a rediss:// store
+/// (SPEC §16). Verification is on unless insecure_skip_verify says otherwise.
+struct ClientTlsConfig {
+    ConfigFile ca_file;  // empty: the system's CA store
+    bool insecure_skip_verify = false;
+    ConfigFile client_cert;
+    ConfigFile client_key;
+    bool operator==(const ClientTlsConfig&) const = default;
+};
+
+/// The listener speaks HTTPS (SPEC §16); SIGHUP reloads the pair.
+struct ServerTlsConfig {
+    ConfigFile cert;
+    ConfigFile key;
+    int min_version = 12;                       // 12: TLS 1.2, 13: TLS 1.3
+    std::vector<std::string> alpn{"http/1.1"};  // what the listener agrees to; only HTTP/1.1 is spoken
+    std::string plain_host;                     // a plain-HTTP listener beside it (plain_port > 0)
+    std::uint16_t plain_port = 0;
+    bool plain = false;
+    bool operator==(const ServerTlsConfig&) const = default;
+};
+
 struct ServerConfig {
     std::string host = "0.0.0.0";
     std::uint16_t port = 8080;
@@ -52,6 +89,7 @@ struct ServerConfig {
     core::Nanos idle_timeout = 75 * core::k_nanos_per_second;
     core::Nanos drain_timeout = 30 * core::k_nanos_per_second;
     std::vector<core::Cidr> trusted_proxies;
+    std::optional<ServerTlsConfig> tls;
 };
 
 struct AdminConfig {
@@ -66,6 +104,8 @@ struct UpstreamConfig {
     std::string url;
     std::string host;
     std::uint16_t port = 80;
+    bool https = false;
+    ClientTlsConfig tls;    // https only
     std::string base_path;  // prefix prepended to the client's target ("" or "/x")
     std::string api_key;    // resolved from api_key_env at load; empty = send no key
     std::uint64_t max_connections = 512;
@@ -95,13 +135,6 @@ struct ImageScheme {
     Kind kind = Kind::tiles;
     std::uint64_t tile = 512, per_tile = 170, base = 85;  // OpenAI's high-detail rule
     std::uint64_t patch = 28, max_pixels = 1003520;       // Qwen-VL style
-};
-
-/// Where a key was written (1-based), for errors found after loading, such as a tokenizer
-/// file that does not parse: "source_path:line:column".
-struct KeyPosition {
-    int line = 1;
-    int column = 1;
 };
 
 struct ModelCost {
@@ -163,6 +196,8 @@ struct RedisConfig {
     core::Nanos timeout = 50'000'000;
     unsigned pool = 8;
     OnStoreError on_error = OnStoreError::local;
+    bool tls_enabled = false;  // a rediss:// URL
+    ClientTlsConfig tls;
 };
 
 struct StoreConfig {

@@ -9,6 +9,8 @@ struct MockOptions {
     std::string host = "127.0.0.1";
     std::uint16_t port = 8000;
     double tokens_per_s = 200;  // 0 = generate instantly
+    std::string tls_cert;       // both set: the mock speaks HTTPS (an https upstream for the tests)
+    std::string tls_key;
 };
 
 /// An OpenAI-compatible fake inference server: /v1/chat/completions, /v1/completions (JSON and

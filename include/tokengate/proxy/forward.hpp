@@ -31,6 +31,17 @@ enum class ForwardOutcome {
     client_gone,           // the client went away; the upstream request was cancelled
 };
 
+/// The https handshakes a forward made (none when it reused a pooled connection).
+struct UpstreamHandshakes {
+    unsigned full = 0, resumed = 0, failed = 0;
+    std::string failure;  // the last failure's reason
+    void count(ConnectionPool::Handshake h) {
+        if (h == ConnectionPool::Handshake::full) ++full;
+        else if (h == ConnectionPool::Handshake::resumed) ++resumed;
+        else if (h == ConnectionPool::Handshake::failed) ++failed;
+    }
+};
+
 struct ForwardResult {
     ForwardOutcome outcome = ForwardOutcome::upstream_unavailable;
     unsigned status = 0;  // the upstream's status, once a response started
@@ -38,6 +49,7 @@ struct ForwardResult {
     bool stopped = false;  // the gateway ended the response (ForwardHooks::stop); the upstream was cut off
     std::uint64_t body_bytes = 0;
     core::Nanos first_byte_at = 0;  // clock time the upstream's response head arrived
+    UpstreamHandshakes tls;
 };
 
 struct ClientSide {

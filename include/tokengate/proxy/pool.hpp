@@ -52,12 +52,17 @@ private:
 /// At most `max_open` connections exist; further acquirers wait in FIFO order.
 class ConnectionPool {
 public:
-    ConnectionPool(net::any_io_executor ex, config::UpstreamConfig config, std::size_t max_open);
+    /// `tls`: the upstream's TLS context (https), or null.
+    ConnectionPool(net::any_io_executor ex, config::UpstreamConfig config, std::size_t max_open,
+                   std::shared_ptr<tls::ClientContext> tls = nullptr);
 
+    enum class Handshake { none, full, resumed, failed };
     struct Acquired {
         beast::error_code ec;  // beast::error::timeout when no connection could be had in time
         std::unique_ptr<UpstreamConnection> connection;
-        bool pool_exhausted = false;  // timed out waiting for a free slot: not the upstream's fault
+        bool pool_exhausted = false;            // timed out waiting for a free slot: not the upstream's fault
+        Handshake handshake = Handshake::none;  // a new https connection's
+        std::string tls_failure{};              // why its handshake failed, for the log
     };
     /// An idle pooled connection, or a new one. `fresh` skips the idle ones (a retry).
     net::awaitable<Acquired> acquire(bool fresh);
@@ -66,7 +71,8 @@ public:
 
     const config::UpstreamConfig& config() const { return config_; }
     std::size_t open() const { return open_; }
-    void update_config(config::UpstreamConfig config, std::size_t max_open);
+    const tls::ClientContext* tls() const { return tls_.get(); }
+    void update_config(config::UpstreamConfig config, std::size_t max_open, std::shared_ptr<tls::ClientContext> tls);
 
 private:
     net::awaitable<Acquired> connect();
@@ -74,6 +80,7 @@ private:
 
     net::any_io_executor ex_;
     config::UpstreamConfig config_;
+    std::shared_ptr<tls::ClientContext> tls_;
     std::size_t max_open_;
     std::size_t open_ = 0;
     std::deque<std::unique_ptr<UpstreamConnection>> idle_;

@@ -1,7 +1,10 @@
 #pragma once
 
+#include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/associator.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/buffer.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -11,7 +14,15 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
+
+namespace boost::asio::ssl {
+class context;
+}
+namespace tokengate::tls {
+class ClientContext;
+}
 
 namespace tokengate::proxy {
 
@@ -24,19 +35,22 @@ namespace beast = boost::beast;
 /// scheduler); here the deadline is a number an operation never touches, and one timer per
 /// stream wakes at the deadline and re-arms if it finds the deadline moved on meanwhile.
 /// Operations must not overlap in one direction (as with any Asio stream).
-class TimedStream {
+class TimedSocket {
 public:
     using executor_type = net::any_io_executor;
     using clock = std::chrono::steady_clock;
 
-    explicit TimedStream(executor_type ex) : TimedStream(net::ip::tcp::socket(std::move(ex))) {}
-    explicit TimedStream(net::ip::tcp::socket socket);
-    ~TimedStream();
-    TimedStream(const TimedStream&) = delete;
-    TimedStream& operator=(const TimedStream&) = delete;
+    explicit TimedSocket(executor_type ex) : TimedSocket(net::ip::tcp::socket(std::move(ex))) {}
+    explicit TimedSocket(net::ip::tcp::socket socket);
+    ~TimedSocket();
+    TimedSocket(const TimedSocket&) = delete;
+    TimedSocket& operator=(const TimedSocket&) = delete;
 
     executor_type get_executor() noexcept { return socket_.get_executor(); }
     net::ip::tcp::socket& socket() noexcept { return socket_; }
+    // What a stream layered on this one (TLS) asks for.
+    using lowest_layer_type = net::ip::tcp::socket;
+    lowest_layer_type& lowest_layer() noexcept { return socket_; }
 
     /// Operations pending when `timeout` has passed, or started after, fail with timeout.
     void expires_after(std::chrono::nanoseconds timeout);
@@ -47,8 +61,12 @@ public:
         socket_.cancel(ignored);
     }
 
+    /// While set, reads ignore the deadline (see TimedStream::async_watch_read).
+    void untimed_reads(bool on) noexcept { untimed_reads_ = on; }
+
     template <class MutableBuffers, class Token>
     auto async_read_some(const MutableBuffers& buffers, Token&& token) {
+        if (untimed_reads_) return socket_.async_read_some(buffers, std::forward<Token>(token));
         return start<void(beast::error_code, std::size_t)>(
             std::forward<Token>(token), std::size_t{0},
             [this, buffers](auto&& completion) { socket_.async_read_some(buffers, std::move(completion)); });
@@ -102,8 +120,10 @@ private:
             [this, empty](auto handler, Perform perform) {
                 if (dog_->expired) {  // struck while no operation was pending
                     close_socket();
-                    auto ex = net::get_associated_executor(handler, get_executor());
-                    net::post(ex, [h = std::move(handler), empty]() mutable {
+                    // Through the socket's executor: never inline, and every handler here
+                    // belongs to that one single-threaded loop (the TLS layer's type-erased
+                    // executor is not one post() accepts in Boost 1.81).
+                    net::post(get_executor(), [h = std::move(handler), empty]() mutable {
                         std::move(h)(beast::error::timeout, std::move(empty));
                     });
                     return;
@@ -119,6 +139,116 @@ private:
 
     net::ip::tcp::socket socket_;
     std::shared_ptr<Watchdog> dog_;
+    bool untimed_reads_ = false;
+};
+
+/// A client's or an upstream's connection: a TimedSocket, and TLS over it once a handshake
+/// made it so (SPEC §16). Plain connections take the socket's path with no extra cost; TLS
+/// operations go through OpenSSL in timed_stream.cpp (type-erased handlers), so no other
+/// file compiles the TLS stream.
+class TimedStream {
+public:
+    using executor_type = net::any_io_executor;
+    using ReadHandler = net::any_completion_handler<void(beast::error_code, std::size_t)>;
+
+    explicit TimedStream(executor_type ex);
+    explicit TimedStream(net::ip::tcp::socket socket);
+    ~TimedStream();
+    TimedStream(const TimedStream&) = delete;
+    TimedStream& operator=(const TimedStream&) = delete;
+
+    executor_type get_executor() noexcept { return raw_.get_executor(); }
+    net::ip::tcp::socket& socket() noexcept { return raw_.socket(); }
+    void expires_after(std::chrono::nanoseconds timeout) { raw_.expires_after(timeout); }
+    void expires_never() { raw_.expires_never(); }
+    void cancel() { raw_.cancel(); }
+    bool tls() const noexcept { return tls_ != nullptr; }
+
+    /// The server's side of a handshake; `received` is what was already read from the client.
+    net::awaitable<beast::error_code> tls_accept(std::shared_ptr<net::ssl::context> context,
+                                                 net::const_buffer received);
+    /// The client's side, to `host`, offering the context's last session. `resumed` says
+    /// whether the server took it.
+    net::awaitable<beast::error_code> tls_connect(std::shared_ptr<tls::ClientContext> context, const std::string& host,
+                                                  bool& resumed);
+    /// Sends close_notify (bounded by `timeout`): a client reading to the end of the
+    /// connection can tell our close from a cut.
+    net::awaitable<void> tls_close(std::chrono::nanoseconds timeout);
+    /// Whether the handshake resumed an earlier session.
+    bool tls_resumed() const;
+    /// "TLSv1.3" and the like; "" for a plain connection.
+    const char* tls_version() const;
+    /// Bytes the TLS layer holds that no read has taken yet.
+    bool tls_unread() const;
+    /// Why the handshake failed (the certificate check's verdict when that was it).
+    std::string tls_failure(const beast::error_code& ec) const;
+
+    template <class MutableBuffers, class Token>
+    auto async_read_some(const MutableBuffers& buffers, Token&& token) {
+        if (!tls_) return raw_.async_read_some(buffers, std::forward<Token>(token));
+        return net::async_initiate<Token, void(beast::error_code, std::size_t)>(
+            [this](auto handler, net::mutable_buffer into) { tls_read(into, std::move(handler)); }, token,
+            first_buffer<net::mutable_buffer>(buffers));
+    }
+
+    template <class ConstBuffers, class Token>
+    auto async_write_some(const ConstBuffers& buffers, Token&& token) {
+        if (!tls_) return raw_.async_write_some(buffers, std::forward<Token>(token));
+        return net::async_initiate<Token, void(beast::error_code, std::size_t)>(
+            [this](auto handler, net::const_buffer from) { tls_write(from, std::move(handler)); }, token,
+            gather(buffers));
+    }
+
+    template <class Endpoints, class Token>
+    auto async_connect(const Endpoints& endpoints, Token&& token) {
+        return raw_.async_connect(endpoints, std::forward<Token>(token));
+    }
+
+    /// A read that no deadline ends: the session's watch for a client that goes away while
+    /// the upstream works, when the deadline belongs to the writes.
+    template <class Handler>
+    void async_watch_read(net::mutable_buffer into, Handler&& handler) {
+        if (!tls_) return socket().async_read_some(into, std::forward<Handler>(handler));
+        raw_.untimed_reads(true);
+        tls_read(into, [this, h = std::forward<Handler>(handler)](beast::error_code ec, std::size_t n) mutable {
+            raw_.untimed_reads(false);
+            std::move(h)(ec, n);
+        });
+    }
+
+private:
+    struct TlsLayer;
+    // TLS writes one buffer per operation (as SSL_write does); a write of several small
+    // buffers (head and body) is gathered into one record instead of one record each.
+    static constexpr std::size_t k_max_record = 16 * 1024;
+
+    template <class Buffer, class Buffers>
+    static Buffer first_buffer(const Buffers& buffers) {
+        for (auto it = net::buffer_sequence_begin(buffers); it != net::buffer_sequence_end(buffers); ++it)
+            if (Buffer b(*it); b.size() > 0) return b;
+        return Buffer();
+    }
+
+    template <class ConstBuffers>
+    net::const_buffer gather(const ConstBuffers& buffers) {
+        auto first = first_buffer<net::const_buffer>(buffers);
+        if (first.size() >= k_max_record || net::buffer_size(buffers) == first.size()) return first;
+        write_scratch_.clear();
+        for (auto it = net::buffer_sequence_begin(buffers);
+             it != net::buffer_sequence_end(buffers) && write_scratch_.size() < k_max_record; ++it) {
+            net::const_buffer b(*it);
+            write_scratch_.append(static_cast<const char*>(b.data()),
+                                  std::min(b.size(), k_max_record - write_scratch_.size()));
+        }
+        return net::buffer(write_scratch_);
+    }
+
+    void tls_read(net::mutable_buffer into, ReadHandler handler);
+    void tls_write(net::const_buffer from, ReadHandler handler);
+
+    TimedSocket raw_;
+    std::unique_ptr<TlsLayer> tls_;
+    std::string write_scratch_;
 };
 
 }  // namespace tokengate::proxy
@@ -126,13 +256,13 @@ private:
 namespace boost::asio {
 
 template <template <typename, typename> class Associator, typename Handler, typename DefaultCandidate>
-struct associator<Associator, tokengate::proxy::TimedStream::Completion<Handler>, DefaultCandidate>
+struct associator<Associator, tokengate::proxy::TimedSocket::Completion<Handler>, DefaultCandidate>
     : Associator<Handler, DefaultCandidate> {
     static typename Associator<Handler, DefaultCandidate>::type get(
-        const tokengate::proxy::TimedStream::Completion<Handler>& h) noexcept {
+        const tokengate::proxy::TimedSocket::Completion<Handler>& h) noexcept {
         return Associator<Handler, DefaultCandidate>::get(h.handler);
     }
-    static auto get(const tokengate::proxy::TimedStream::Completion<Handler>& h, const DefaultCandidate& c) noexcept
+    static auto get(const tokengate::proxy::TimedSocket::Completion<Handler>& h, const DefaultCandidate& c) noexcept
         -> decltype(Associator<Handler, DefaultCandidate>::get(h.handler, c)) {
         return Associator<Handler, DefaultCandidate>::get(h.handler, c);
     }

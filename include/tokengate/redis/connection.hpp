@@ -13,6 +13,10 @@
 #include <string_view>
 #include <vector>
 
+namespace tokengate::tls {
+class ClientContext;
+}
+
 namespace tokengate::redis {
 
 /// A RESP reply, copied out of hiredis's reader so it owns its memory.
@@ -39,6 +43,7 @@ struct Endpoint {
     std::string host = "127.0.0.1";
     unsigned short port = 6379;
     int db = 0;
+    bool tls = false;  // rediss://
     static Endpoint parse(std::string_view url);
 };
 
@@ -70,14 +75,14 @@ private:
 /// their replies are matched in order. While it is not connected, send() fails at once
 /// rather than queueing: a request must never wait on a Redis that is not there. It
 /// reconnects by itself with exponential backoff, running `handshake` (AUTH, SELECT, SCRIPT
-/// LOAD...) before it reports ready.
+/// LOAD...) before it reports ready. With `tls` (rediss://) a TLS handshake comes first.
 class Connection : public std::enable_shared_from_this<Connection> {
 public:
     using Callback = std::function<void(Result)>;
     /// `on_state` hears of each change: ready with the handshake's replies, or lost.
     using StateHandler = std::function<void(bool ready, const std::vector<Reply>& handshake_replies)>;
     Connection(boost::asio::any_io_executor ex, Endpoint endpoint, std::vector<std::vector<std::string>> handshake,
-               StateHandler on_state);
+               StateHandler on_state, std::shared_ptr<tls::ClientContext> tls = nullptr);
 
     void start();
     void stop();
@@ -87,6 +92,7 @@ public:
 
 private:
     void connect();
+    void start_tls();
     void on_connected();
     void set_ready(bool ready);
     void schedule_reconnect();
@@ -101,6 +107,11 @@ private:
     std::vector<Reply> handshake_replies_;
     boost::asio::ip::tcp::resolver resolver_;
     boost::asio::ip::tcp::socket socket_;
+    std::shared_ptr<tls::ClientContext> tls_context_;
+    struct TlsSession;
+    // Shared with the operations pending on it: a reconnect replaces it while the old one's
+    // aborted operations may still be on their way back.
+    std::shared_ptr<TlsSession> tls_;
     boost::asio::steady_timer retry_timer_;
     std::chrono::milliseconds backoff_{50};
     ReplyReader reader_;

@@ -25,6 +25,8 @@ struct StoreOptions {
     config::RedisConfig config;
     std::string username;  // AUTH, from TOKENGATE_REDIS_USERNAME (optional)
     std::string password;  // AUTH, from TOKENGATE_REDIS_PASSWORD
+    /// rediss://: the TLS context every connection uses (built from config.tls by the caller).
+    std::shared_ptr<tls::ClientContext> tls;
     /// Tests only: send this clock's time to the script instead of using Redis TIME.
     const core::Clock* script_clock = nullptr;
     /// A concurrency slot whose holder vanished (a crashed replica) frees itself after this.

@@ -31,6 +31,8 @@ public:
     /// The ports listened on (useful when the config says port 0); admin 0 when disabled.
     virtual unsigned short port() const = 0;
     virtual unsigned short admin_port() const = 0;
+    /// The plain-HTTP port beside a TLS listener (server.tls.plain_listen); 0 without one.
+    virtual unsigned short plain_port() const = 0;
 };
 
 std::unique_ptr<Gateway> make_gateway(std::shared_ptr<const config::GatewayConfig> config, std::string config_path,

@@ -9,6 +9,13 @@
 #include "tokengate/cost/tokenizer.hpp"
 #include "tokengate/proxy/pool.hpp"
 
+namespace boost::asio::ssl {
+class context;
+}
+namespace tokengate::tls {
+class ClientContext;
+}
+
 namespace tokengate::server {
 
 /// Everything derived from one config, swapped whole on reload. A request takes one
@@ -22,6 +29,12 @@ struct Runtime {
     std::vector<std::shared_ptr<proxy::UpstreamHealth>> health;
     /// The estimator's and the models' tokenizers; a file unchanged by a reload is kept.
     cost::Tokenizers tokenizers;
+    /// The listener's certificate (server.tls), loaded anew by every reload: new handshakes
+    /// take the new pair, connections already open keep theirs.
+    std::shared_ptr<boost::asio::ssl::context> server_tls;
+    /// Per upstream (same index), for https ones: kept across reloads while the upstream's URL
+    /// and tls settings are unchanged, so its pooled connections and TLS session survive.
+    std::vector<std::shared_ptr<tls::ClientContext>> upstream_tls;
 };
 
 class RuntimeHolder {

@@ -3,6 +3,8 @@
 #include "../services.hpp"
 #include "tokengate/proxy/balance.hpp"
 
+#include <spdlog/spdlog.h>
+
 namespace tokengate::server::pipeline {
 
 namespace {
@@ -53,6 +55,20 @@ Exchanged conclude(const ExchangeRequest& in, const proxy::ForwardResult& result
     return out;
 }
 
+/// An https upstream's handshakes, counted; a failure's reason logged, once per upstream per
+/// interval (a broken certificate fails every request).
+void count_handshakes(Worker& worker, const std::string& upstream, const proxy::UpstreamHandshakes& tls) {
+    auto& family = worker.services.metrics.upstream_tls_handshakes;
+    if (tls.full) family.add({upstream, "full"}, tls.full);
+    if (tls.resumed) family.add({upstream, "resumed"}, tls.resumed);
+    if (!tls.failed) return;
+    family.add({upstream, "failed"}, tls.failed);
+    std::uint64_t held_back = 0;
+    if (worker.services.upstream_tls_log.allow(upstream, LogThrottle::clock::now(), held_back))
+        spdlog::warn("upstream {}: TLS handshake failed: {} ({} more since the last report)", upstream, tls.failure,
+                     held_back);
+}
+
 }  // namespace
 
 net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
@@ -97,9 +113,11 @@ net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
 
     auto started = clock.now();
     services.metrics.inflight.add({upstream.name}, 1);
-    auto result = co_await proxy::forward(worker.pool_for(upstream, worker.worker_count), *in.runtime.health[*index],
-                                          up, in.client, in.watch, hooks, clock);
+    auto result =
+        co_await proxy::forward(worker.pool_for(upstream, worker.worker_count, in.runtime.upstream_tls[*index]),
+                                *in.runtime.health[*index], up, in.client, in.watch, hooks, clock);
     services.metrics.inflight.add({upstream.name}, -1);
+    if (upstream.https) count_handshakes(worker, upstream.name, result.tls);
     services.metrics.upstream_duration.observe({upstream.name}, static_cast<double>(clock.now() - started) / 1e9);
     if (result.first_byte_at)
         services.metrics.upstream_ttfb.observe({upstream.name},

@@ -106,6 +106,61 @@ tenants: [ { id: t1, keys: ["env:TOKENGATE_TEST_KEY"] } ]
     EXPECT_EQ(cfg->tenants[0].key_digests[0].size(), 32u);
 }
 
+TEST(ConfigLoader, TlsSettingsForTheListenerUpstreamsAndRedis) {
+    // The loader only checks that the files are readable; tokengate_tls loads them.
+    auto file = (fs::path(TOKENGATE_FIXTURES) / "config" / "unknown_top_key.yaml").string();
+    auto cfg = load_config_text(R"(
+server:
+  listen: 0.0.0.0:8443
+  tls: { cert: )" + file +
+                                    ", key: " + file + R"(, min_version: "1.3", plain_listen: 127.0.0.1:8080 }
+store:
+  backend: redis
+  redis: { url: "rediss://cache.example:6380/2", tls: { ca_file: )" +
+                                    file + R"( } }
+upstreams:
+  - { name: remote, url: "https://api.example.com/v1", tls: { client_cert: )" +
+                                    file + ", client_key: " + file + R"( } }
+  - { name: local, url: "http://127.0.0.1:8000" }
+routes: [ { path: /v1/models, upstreams: [remote] } ]
+tenants: [ { id: t1, keys: ["k1"] } ]
+)",
+                                "inline.yaml");
+    ASSERT_TRUE(cfg->server.tls);
+    const auto& tls = *cfg->server.tls;
+    EXPECT_EQ(tls.cert.path, file);
+    EXPECT_EQ(tls.cert.at.line, 4);
+    EXPECT_EQ(tls.min_version, 13);
+    EXPECT_EQ(tls.alpn, std::vector<std::string>{"http/1.1"});
+    EXPECT_TRUE(tls.plain);
+    EXPECT_EQ(tls.plain_port, 8080);
+    EXPECT_TRUE(cfg->store.redis.tls_enabled);
+    EXPECT_EQ(cfg->store.redis.tls.ca_file.path, file);
+    const auto& remote = cfg->upstreams[0];
+    EXPECT_TRUE(remote.https);
+    EXPECT_EQ(remote.host, "api.example.com");
+    EXPECT_EQ(remote.port, 443);
+    EXPECT_EQ(remote.base_path, "/v1");
+    EXPECT_EQ(remote.tls.client_key.path, file);
+    EXPECT_FALSE(remote.tls.insecure_skip_verify);
+    EXPECT_FALSE(cfg->upstreams[1].https);
+    EXPECT_EQ(cfg->upstreams[1].port, 8000);
+}
+
+TEST(ConfigLoader, SkippingVerificationIsAWarning) {
+    auto cfg = load_config_text(R"(
+upstreams: [ { name: up, url: "https://10.0.0.5:8443", tls: { insecure_skip_verify: true } } ]
+routes: [ { path: /v1/models, upstreams: [up] } ]
+tenants: [ { id: t1, keys: ["sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"] } ]
+)",
+                                "inline.yaml");
+    ASSERT_EQ(cfg->warnings.size(), 1u);
+    EXPECT_NE(cfg->warnings[0].find("inline.yaml:2:85: upstream 'up' tls: certificates are not verified"),
+              std::string::npos)
+        << cfg->warnings[0];
+    EXPECT_TRUE(cfg->upstreams[0].tls.insecure_skip_verify);
+}
+
 TEST(ConfigLoader, MissingFileIsAnError) { EXPECT_THROW(load_config_file("/nonexistent/gateway.yaml"), ConfigError); }
 
 TEST(GlobMatch, Patterns) {

@@ -48,7 +48,14 @@ TEST(Endpoint, ParsesRedisUrls) {
     EXPECT_EQ(d.host, "cache");
     EXPECT_EQ(d.port, 6379);
     EXPECT_EQ(d.db, 0);
+    EXPECT_FALSE(d.tls);
+    auto t = Endpoint::parse("rediss://cache.example:6380/1");  // TLS (managed Redis)
+    EXPECT_TRUE(t.tls);
+    EXPECT_EQ(t.host, "cache.example");
+    EXPECT_EQ(t.port, 6380);
+    EXPECT_EQ(t.db, 1);
     EXPECT_THROW(Endpoint::parse("http://x"), std::invalid_argument);
+    EXPECT_THROW(Endpoint::parse("redisss://x"), std::invalid_argument);
     EXPECT_THROW(Endpoint::parse("redis://:secret@host:6379"), std::invalid_argument);
     EXPECT_THROW(Endpoint::parse("redis://host:99999"), std::invalid_argument);
     EXPECT_THROW(Endpoint::parse("redis://host:6379/x"), std::invalid_argument);

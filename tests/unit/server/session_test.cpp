@@ -29,7 +29,7 @@ struct Connection {
         services.store = std::make_unique<store::LocalStore>(clock);
         tcp::acceptor front(worker.ioc, {net::ip::make_address("127.0.0.1"), 0});
         client.connect(front.local_endpoint());
-        net::co_spawn(worker.ioc, serve_connection(front.accept(), worker), net::detached);
+        net::co_spawn(worker.ioc, serve_connection(front.accept(), worker, false), net::detached);
     }
     /// Sends `bytes`, then runs the worker until the gateway has answered `answers` times or
     /// closed the connection; returns everything received.

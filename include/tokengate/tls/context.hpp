@@ -1,0 +1,61 @@
+#pragma once
+
+// TLS contexts (SPEC §16), built and checked from the config: the listener's certificate, and
+// what a connection to an https upstream or a rediss:// store needs. Every problem a file can
+// have is a ConfigError at the key that named it, so `check`, start-up and a reload all
+// refuse it the same way.
+
+#include <boost/asio/ssl/context.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "tokengate/config/config.hpp"
+
+namespace tokengate::tls {
+
+namespace ssl = boost::asio::ssl;
+
+/// The listener's context: the certificate chain and its key, checked to match and to be
+/// valid now; the minimum version; ALPN limited to what `alpn` lists.
+std::shared_ptr<ssl::context> make_server_context(const config::ServerTlsConfig& tls, const std::string& config_path);
+
+/// Everything a connection to one TLS server needs: the context (trusted CAs, a client
+/// certificate) and the server's latest session, offered again for resumption. Shared by
+/// every worker thread and every connection to that server.
+class ClientContext {
+public:
+    ClientContext(const config::ClientTlsConfig& tls, const std::string& config_path);
+    ~ClientContext();
+    ClientContext(const ClientContext&) = delete;
+    ClientContext& operator=(const ClientContext&) = delete;
+
+    ssl::context& context() { return *context_; }
+    bool verifies() const { return verifies_; }
+    /// Readies a new connection to `host`: SNI (for a name, not an address), the name or
+    /// address the certificate must carry, and the last session for resumption.
+    void prepare(SSL* ssl, const std::string& host);
+
+private:
+    static int on_new_session(SSL* ssl, SSL_SESSION* session);
+
+    std::unique_ptr<ssl::context> context_;
+    bool verifies_ = true;
+    std::mutex mutex_;
+    SSL_SESSION* session_ = nullptr;  // owned; the newest the server gave
+};
+
+/// Builds every context the config names (listener, upstreams, store), throwing the first
+/// ConfigError: what `check` runs.
+void check_files(const config::GatewayConfig& config);
+
+/// Why a handshake failed, for a log line: the certificate check's verdict when verification
+/// was the cause ("certificate has expired"), else the error itself.
+std::string failure_reason(const boost::system::error_code& ec, SSL* ssl);
+
+/// The OpenSSL errors queued on this thread, as one line (and the queue emptied).
+std::string openssl_errors();
+
+}  // namespace tokengate::tls
