@@ -26,7 +26,7 @@ run_fuzz() {
     scripts/setup.sh none clang-14 libclang-rt-14-dev
     CXX=clang++-14 cmake -S tests/fuzz -B build/fuzz > /dev/null
     cmake --build build/fuzz -j "$(nproc)"
-    for target in config request_body sse units image tokenizer exposition request_framing upstream_response; do
+    for target in config request_body sse units image tokenizer exposition request_framing upstream_response tls_session; do
         echo "=== fuzz $target (${FUZZ_SECONDS:-60} s)"
         local work="build/fuzz/work-$target"
         mkdir -p "$work"

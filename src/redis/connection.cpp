@@ -228,7 +228,7 @@ void Connection::set_ready(bool ready) {
     ready_ = ready;
     if (ready) {
         backoff_ = std::chrono::milliseconds(50);
-        spdlog::info("redis {}:{} connected", endpoint_.host, endpoint_.port);
+        spdlog::info("redis {}:{} connected{}", endpoint_.host, endpoint_.port, tls_ ? " (TLS)" : "");
     }
     if (on_state_) on_state_(ready, handshake_replies_);
 }

@@ -188,7 +188,8 @@ private:
                 }();
                 beast::error_code ignored;
                 socket.non_blocking(true, ignored);
-                socket.write_some(net::buffer(k_full), ignored);
+                // A TLS client would read the plain answer as a broken handshake: it gets the close.
+                if (!tls) socket.write_some(net::buffer(k_full), ignored);
                 socket.shutdown(net::ip::tcp::socket::shutdown_send, ignored);
                 socket.close(ignored);
                 continue;
