@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tokengate vs nginx, in one run, on this machine. Prints one table with ratios to nginx.
 #   bench/run-gateway-bench.sh [seconds per run, default 8]
-#   BENCH_SCENARIOS="json 429 sse" and BENCH_WORKERS="1 2" (the defaults) pick the rows;
+#   BENCH_SCENARIOS="json 429 sse tls tls-new" and BENCH_WORKERS="1 2" (the defaults) pick the rows;
 #   TOKENGATE_BENCH_BIN=<binary> measures another build (a before/after, run alternately);
 #   BENCH_COST="output_estimate: learned" adds keys to tokengate's cost section.
 # Upstreams: nginx serving a fixed chat completion (JSON) and tokengate's mock (SSE).
@@ -11,6 +11,9 @@
 #   tokengate a realistic config: tenant tokens+requests, ip, route and global limits, unit: cost
 #             with the body's cost estimated, access log on (as nginx's)
 #   tokengate-429  the same with a low tenant limit
+#   tls       the json rows with HTTPS on both listeners (one certificate, TLS 1.3, the same
+#             cipher suite: printed below the table), kept-alive connections
+#   tls-new   the same, every request on a new connection: req/s is handshakes per second
 # Then SSE time to first byte (bench/ttfb.py): the mock alone, through nginx, through tokengate.
 # Each row also gives the proxy's CPU per request (per stream for SSE), user and system.
 set -euo pipefail
@@ -40,9 +43,13 @@ CONF
 nginx -c "$work/static/nginx.conf" -g 'daemon off;' & pids+=($!)
 "$bin" mock-upstream --port "$mock_port" --tokens-per-s 0 > "$work/mock.log" 2>&1 & pids+=($!)
 wait_port "$static_port"; wait_port "$mock_port"
+# One certificate for both TLS listeners (ECDSA P-256, as a modern deployment's).
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$work/tls.key" -out "$work/tls.pem" \
+  -days 7 -subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 > /dev/null 2>&1
 
-start_nginx() {  # name workers rate sse
-  local name=$1 workers=$2 rate=$3 target=$4 p; p=$(port)
+start_nginx() {  # name workers rate target tls
+  local name=$1 workers=$2 rate=$3 target=$4 tls=$5 p ssl=""; p=$(port)
+  [ "$tls" = 1 ] && ssl="ssl; ssl_certificate $work/tls.pem; ssl_certificate_key $work/tls.key; ssl_protocols TLSv1.2 TLSv1.3"
   mkdir -p "$work/$name"
   cat > "$work/$name/nginx.conf" <<CONF
 worker_processes $workers;
@@ -58,7 +65,7 @@ http {
   limit_req_status 429;
   upstream backend { server 127.0.0.1:$target; keepalive 256; }
   server {
-    listen 127.0.0.1:$p;
+    listen 127.0.0.1:$p $ssl;
     location / {
       limit_req zone=keys burst=100000 nodelay;
       proxy_pass http://backend;
@@ -74,11 +81,12 @@ CONF
   nginx -c "$work/$name/nginx.conf" -g 'daemon off;' & pids+=($!); echo "$p $!"
 }
 
-start_tokengate() {  # name workers tenant_capacity target
-  local name=$1 workers=$2 capacity=$3 target=$4 p; p=$(port)
+start_tokengate() {  # name workers tenant_capacity target tls
+  local name=$1 workers=$2 capacity=$3 target=$4 tls=$5 p ssl=""; p=$(port)
+  [ "$tls" = 1 ] && ssl=", tls: { cert: $work/tls.pem, key: $work/tls.key }"
   mkdir -p "$work/$name"
   {
-    echo "server: { listen: 127.0.0.1:$p, threads: $workers, max_connections: 100000 }"
+    echo "server: { listen: 127.0.0.1:$p, threads: $workers, max_connections: 100000$ssl }"
     echo "admin: { enabled: false }"
     echo "upstreams: [ { name: backend, url: \"http://127.0.0.1:$target\", max_connections: 256 } ]"
     echo "routes:"
@@ -101,8 +109,9 @@ start_tokengate() {  # name workers tenant_capacity target
   "$bin" serve -c "$work/$name/gateway.yaml" > "$work/$name/out.log" 2>&1 & pids+=($!); echo "$p $!"
 }
 
+scheme=http; close=0
 run_wrk() {  # port conns stream
-  BENCH_STREAM=$3 wrk -t2 -c"$2" -d"${secs}s" --latency -s bench/wrk-chat.lua "http://127.0.0.1:$1" 2>&1 | grep '^RESULT' || echo "RESULT 0 0 0 0 0 0"
+  BENCH_STREAM=$3 BENCH_CLOSE=$close wrk -t2 -c"$2" -d"${secs}s" --latency -s bench/wrk-chat.lua "$scheme://127.0.0.1:$1" 2>&1 | grep '^RESULT' || echo "RESULT 0 0 0 0 0 0"
 }
 # CPU time (user, system; clock ticks) of the proxy's processes: where a gap comes from.
 cpu_ticks() { local u=0 k=0 a b p; for p in "$@"; do read -r a b < <(awk '{print $14, $15}' "/proc/$p/stat"); u=$((u + a)); k=$((k + b)); done; echo "$u $k"; }
@@ -118,16 +127,24 @@ measure() {  # port conns stream pids... -> req/s p50 p99 non-2xx user-us/req sy
 row='%-15s %3s %5s %10s %9s %9s %8s %9s %9s %8s %8s\n'
 printf "$row" config workers conns "req/s" "p50 ms" "p99 ms" non-2xx "x nginx" "p99 x" "user us" "sys us"
 for workers in ${BENCH_WORKERS:-1 2}; do
-  for scenario in ${BENCH_SCENARIOS:-json 429 sse}; do
-    target=$static_port; stream=0; ng_rate="1000000r/s"; tg_cap=1000000
+  for scenario in ${BENCH_SCENARIOS:-json 429 sse tls tls-new}; do
+    target=$static_port; stream=0; ng_rate="1000000r/s"; tg_cap=1000000; tls=0; scheme=http; close=0
     [ "$scenario" = sse ] && { target=$mock_port; stream=1; }
     [ "$scenario" = 429 ] && { ng_rate="1r/s"; tg_cap=2; }
-    read -r ng_port ng_pid < <(start_nginx "nginx-$scenario-$workers" "$workers" "$ng_rate" "$target")
-    read -r tg_port tg_pid < <(start_tokengate "tg-$scenario-$workers" "$workers" "$tg_cap" "$target")
+    [ "${scenario#tls}" != "$scenario" ] && { tls=1; scheme=https; }
+    [ "$scenario" = tls-new ] && close=1
+    read -r ng_port ng_pid < <(start_nginx "nginx-$scenario-$workers" "$workers" "$ng_rate" "$target" "$tls")
+    read -r tg_port tg_pid < <(start_tokengate "tg-$scenario-$workers" "$workers" "$tg_cap" "$target" "$tls")
     wait_port "$ng_port"; wait_port "$tg_port"
     for _ in $(seq 40); do  # nginx's workers are forked just after it listens
       mapfile -t ng_workers < <(pgrep -P "$ng_pid"); [ "${#ng_workers[@]}" -ge "$workers" ] && break; sleep 0.05
     done
+    if [ "$tls" = 1 ]; then  # what each negotiated (the same lines each time: kept once)
+      for who in "nginx $ng_port" "tokengate $tg_port"; do
+        set -- $who
+        echo "$1: $(openssl s_client -connect "127.0.0.1:$2" < /dev/null 2>/dev/null | grep -E '^(New|    Protocol|    Cipher)' | tr -s ' ' | tr '\n' ' ')" >> "$work/ciphers.txt"
+      done
+    fi
     for conns in 64 256; do
       read -r n_rps n_p50 n_p99 n_bad n_user n_sys < <(measure "$ng_port" "$conns" "$stream" "${ng_workers[@]}")
       read -r t_rps t_p50 t_p99 t_bad t_user t_sys < <(measure "$tg_port" "$conns" "$stream" "$tg_pid")
@@ -142,6 +159,7 @@ for workers in ${BENCH_WORKERS:-1 2}; do
     kill "$ng_pid" "$tg_pid" 2>/dev/null || true; sleep 0.3
   done
 done
+if [ -f "$work/ciphers.txt" ]; then echo; echo "TLS as negotiated (openssl s_client):"; sort -u "$work/ciphers.txt"; fi
 for workers in ${BENCH_WORKERS:-1 2}; do
   [ -f "$work/ttfb-$workers.txt" ] || continue
   echo; echo "SSE time to first byte, $workers worker(s):"; cat "$work/ttfb-$workers.txt"

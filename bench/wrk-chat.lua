@@ -3,6 +3,8 @@
 local keys = {}
 for i = 1, 100 do keys[i] = "bench-key-" .. i end
 local stream = os.getenv("BENCH_STREAM") == "1"
+-- BENCH_CLOSE=1: a new connection (over TLS: a new handshake) for every request.
+local close = os.getenv("BENCH_CLOSE") == "1"
 local content = string.rep("Explain token buckets versus leaky buckets for GPU serving. ", 14)
 local body = '{"model":"llama3-8b","max_tokens":64,' .. (stream and '"stream":true,' or '') ..
              '"messages":[{"role":"user","content":"' .. content .. '"}]}'
@@ -14,6 +16,7 @@ request = function()
     ["Authorization"] = "Bearer " .. keys[(counter % #keys) + 1],
     ["Content-Type"] = "application/json",
   }
+  if close then headers["Connection"] = "close" end
   return wrk.format("POST", "/v1/chat/completions", headers, body)
 end
 
