@@ -142,7 +142,7 @@ for workers in ${BENCH_WORKERS:-1 2}; do
     if [ "$tls" = 1 ]; then  # what each negotiated (the same lines each time: kept once)
       for who in "nginx $ng_port" "tokengate $tg_port"; do
         set -- $who
-        echo "$1: $(openssl s_client -connect "127.0.0.1:$2" < /dev/null 2>/dev/null | grep -E '^(New|    Protocol|    Cipher)' | tr -s ' ' | tr '\n' ' ')" >> "$work/ciphers.txt"
+        echo "$1: $(openssl s_client -connect "127.0.0.1:$2" < /dev/null 2>/dev/null | grep -m1 '^New,')" >> "$work/ciphers.txt"
       done
     fi
     for conns in 64 256; do

@@ -226,7 +226,7 @@ public:
 
     net::awaitable<void> run() {
         if (stats_.tls) {
-            auto ec = co_await stream_.tls_accept(stats_.tls, {});
+            auto ec = co_await stream_.tls_accept(stats_.tls);
             if (ec) co_return;
             ++stats_.tls_handshakes;
             if (stream_.tls_resumed()) ++stats_.tls_resumed;

@@ -1,9 +1,14 @@
 #include "tokengate/proxy/timed_stream.hpp"
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/error.hpp>
-#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/use_awaitable.hpp>
+
+#include <cerrno>
 
 #include "tokengate/tls/context.hpp"
 
@@ -57,81 +62,137 @@ void TimedSocket::on_timer(const std::shared_ptr<Watchdog>& dog, std::uint64_t g
 
 // ---- TLS over the timed socket ----
 
+/// OpenSSL on the socket's descriptor (non-blocking): SSL_read and friends read and write it
+/// directly, and say when they must wait for it.
 struct TimedStream::TlsLayer {
-    TlsLayer(TimedSocket& raw, net::ssl::context& context, std::shared_ptr<const void> owner)
-        : owner(std::move(owner)), stream(raw, context) {}
-    std::shared_ptr<const void> owner;  // keeps the context (and its session cache) alive
-    net::ssl::stream<TimedSocket&> stream;
+    TlsLayer(SSL* ssl, std::shared_ptr<const void> owner) : ssl(ssl), owner(std::move(owner)) {}
+    ~TlsLayer() { SSL_free(ssl); }
+    TlsLayer(const TlsLayer&) = delete;
+    TlsLayer& operator=(const TlsLayer&) = delete;
+    SSL* ssl;
+    std::shared_ptr<const void> owner;  // keeps the SSL_CTX's owner (and its session cache) alive
 };
 
 namespace {
 
-constexpr auto k_use = net::as_tuple(net::use_awaitable);
-
-/// Many servers end a connection without close_notify. Whether a body was whole is HTTP's
-/// framing to tell (Content-Length, the last chunk), as for a plain connection, so the cut
-/// reads as the end of the stream.
-beast::error_code plain_eof(beast::error_code ec) {
-    return ec == net::ssl::error::stream_truncated ? beast::error_code(net::error::eof) : ec;
+beast::error_code last_ssl_error() {
+    auto e = ERR_get_error();
+    ERR_clear_error();
+    return beast::error_code(static_cast<int>(e ? e : ERR_PACK(ERR_LIB_SSL, 0, ERR_R_INTERNAL_ERROR)),
+                             net::error::get_ssl_category());
 }
 
 }  // namespace
+
+/// One TLS operation, tried and, each time OpenSSL wants the socket readable or writable,
+/// waited for and tried again; the same object is the wait's handler. Read and write may be
+/// under way at once (SSL allows interleaved calls on one thread).
+struct TimedStream::TlsStep {
+    enum class Kind { read, write, accept, connect, shutdown };
+    TimedStream* stream;
+    Kind kind;
+    void* data;
+    std::size_t size;
+    ReadHandler handler;
+
+    void operator()(beast::error_code ec = {}, std::size_t = 0) {
+        if (ec) return std::move(handler)(ec, 0);
+        SSL* ssl = stream->tls_->ssl;
+        ERR_clear_error();
+        std::size_t done = 0;
+        int r = 0;
+        switch (kind) {
+            case Kind::read: r = SSL_read_ex(ssl, data, size, &done); break;
+            case Kind::write: r = SSL_write_ex(ssl, data, size, &done); break;
+            case Kind::accept: r = SSL_accept(ssl); break;
+            case Kind::connect: r = SSL_connect(ssl); break;
+            case Kind::shutdown: r = SSL_shutdown(ssl) >= 0 ? 1 : -1; break;  // 0: ours sent, enough
+        }
+        if (r == 1) {
+            // A big gathered write leaves its copy behind; an idle connection should not keep it.
+            if (kind == Kind::write && stream->write_scratch_.capacity() > 4096) std::string().swap(stream->write_scratch_);
+            return std::move(handler)(beast::error_code{}, done);
+        }
+        switch (SSL_get_error(ssl, r)) {
+            case SSL_ERROR_WANT_READ: return stream->raw_.async_wait(net::socket_base::wait_read, std::move(*this));
+            case SSL_ERROR_WANT_WRITE: return stream->raw_.async_wait(net::socket_base::wait_write, std::move(*this));
+            // The peer's close_notify, or (SSL_OP_IGNORE_UNEXPECTED_EOF) a close without one:
+            // whether a body was whole is HTTP's framing to tell, as on a plain connection.
+            case SSL_ERROR_ZERO_RETURN: return std::move(handler)(net::error::eof, 0);
+            case SSL_ERROR_SYSCALL: {
+                ERR_clear_error();
+                auto sys = errno ? beast::error_code(errno, beast::system_category()) : net::error::eof;
+                return std::move(handler)(sys, 0);
+            }
+            default: return std::move(handler)(last_ssl_error(), 0);
+        }
+    }
+};
 
 TimedStream::TimedStream(executor_type ex) : raw_(std::move(ex)) {}
 TimedStream::TimedStream(net::ip::tcp::socket socket) : raw_(std::move(socket)) {}
 TimedStream::~TimedStream() = default;
 
-net::awaitable<beast::error_code> TimedStream::tls_accept(std::shared_ptr<net::ssl::context> context,
-                                                          net::const_buffer received) {
-    auto& ctx = *context;
-    tls_ = std::make_unique<TlsLayer>(raw_, ctx, std::move(context));
-    auto [ec, used] = co_await tls_->stream.async_handshake(net::ssl::stream_base::server, received, k_use);
+namespace {
+
+constexpr auto k_use = net::as_tuple(net::use_awaitable);
+
+/// Errors before the handshake starts (no descriptor, no memory) read as a failed handshake.
+beast::error_code attach(net::ip::tcp::socket& socket, SSL* ssl) {
+    beast::error_code ec;
+    socket.non_blocking(true, ec);  // OpenSSL's reads and writes must never block the loop
+    if (!ec && SSL_set_fd(ssl, socket.native_handle()) != 1) ec = last_ssl_error();
+    return ec;
+}
+
+}  // namespace
+
+net::awaitable<beast::error_code> TimedStream::tls_accept(std::shared_ptr<net::ssl::context> context) {
+    SSL* ssl = SSL_new(context->native_handle());
+    if (!ssl) co_return last_ssl_error();
+    tls_ = std::make_unique<TlsLayer>(ssl, std::move(context));
+    if (auto ec = attach(socket(), ssl)) co_return ec;
+    auto [ec, ignored] = co_await net::async_initiate<decltype(k_use), void(beast::error_code, std::size_t)>(
+        [this](auto handler) { TlsStep{this, TlsStep::Kind::accept, nullptr, 0, std::move(handler)}(); }, k_use);
     co_return ec;
 }
 
 net::awaitable<beast::error_code> TimedStream::tls_connect(std::shared_ptr<tls::ClientContext> context,
                                                            const std::string& host, bool& resumed) {
-    auto& ctx = context->context();
-    auto* client = context.get();
-    tls_ = std::make_unique<TlsLayer>(raw_, ctx, std::move(context));
-    client->prepare(tls_->stream.native_handle(), host);
-    auto [ec] = co_await tls_->stream.async_handshake(net::ssl::stream_base::client, k_use);
-    resumed = !ec && SSL_session_reused(tls_->stream.native_handle()) == 1;
+    SSL* ssl = SSL_new(context->context().native_handle());
+    if (!ssl) co_return last_ssl_error();
+    context->prepare(ssl, host);
+    tls_ = std::make_unique<TlsLayer>(ssl, std::move(context));
+    if (auto ec = attach(socket(), ssl)) co_return ec;
+    auto [ec, ignored] = co_await net::async_initiate<decltype(k_use), void(beast::error_code, std::size_t)>(
+        [this](auto handler) { TlsStep{this, TlsStep::Kind::connect, nullptr, 0, std::move(handler)}(); }, k_use);
+    resumed = !ec && SSL_session_reused(ssl) == 1;
     co_return ec;
 }
 
 net::awaitable<void> TimedStream::tls_close(std::chrono::nanoseconds timeout) {
     if (!tls_) co_return;
     raw_.expires_after(timeout);
-    co_await tls_->stream.async_shutdown(k_use);  // ends when the peer answers or closes, or at the deadline
+    co_await net::async_initiate<decltype(k_use), void(beast::error_code, std::size_t)>(
+        [this](auto handler) { TlsStep{this, TlsStep::Kind::shutdown, nullptr, 0, std::move(handler)}(); }, k_use);
 }
 
-bool TimedStream::tls_resumed() const {
-    return tls_ && SSL_session_reused(const_cast<net::ssl::stream<TimedSocket&>&>(tls_->stream).native_handle()) == 1;
-}
+bool TimedStream::tls_resumed() const { return tls_ && SSL_session_reused(tls_->ssl) == 1; }
 
-const char* TimedStream::tls_version() const {
-    return tls_ ? SSL_get_version(const_cast<net::ssl::stream<TimedSocket&>&>(tls_->stream).native_handle()) : "";
-}
+const char* TimedStream::tls_version() const { return tls_ ? SSL_get_version(tls_->ssl) : ""; }
 
-bool TimedStream::tls_unread() const {
-    if (!tls_) return false;
-    SSL* ssl = const_cast<net::ssl::stream<TimedSocket&>&>(tls_->stream).native_handle();
-    return SSL_has_pending(ssl) == 1 || BIO_ctrl_pending(SSL_get_rbio(ssl)) > 0;
-}
+bool TimedStream::tls_unread() const { return tls_ && SSL_has_pending(tls_->ssl) == 1; }
 
 std::string TimedStream::tls_failure(const beast::error_code& ec) const {
-    return tls::failure_reason(ec, tls_ ? tls_->stream.native_handle() : nullptr);
+    return tls::failure_reason(ec, tls_ ? tls_->ssl : nullptr);
 }
 
 void TimedStream::tls_read(net::mutable_buffer into, ReadHandler handler) {
-    tls_->stream.async_read_some(into, [h = std::move(handler)](beast::error_code ec, std::size_t n) mutable {
-        std::move(h)(plain_eof(ec), n);
-    });
+    TlsStep{this, TlsStep::Kind::read, into.data(), into.size(), std::move(handler)}();
 }
 
 void TimedStream::tls_write(net::const_buffer from, ReadHandler handler) {
-    tls_->stream.async_write_some(from, std::move(handler));
+    TlsStep{this, TlsStep::Kind::write, const_cast<void*>(from.data()), from.size(), std::move(handler)}();
 }
 
 }  // namespace tokengate::proxy

@@ -1,3 +1,5 @@
+#include <sys/socket.h>
+
 #include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -109,17 +111,21 @@ private:
     net::awaitable<bool> start_tls() {
         auto rt = services_.runtime.get();
         stream_.expires_after(ns(rt->config->server.header_timeout));
-        auto [ec, n] = co_await stream_.async_read_some(buffer_.prepare(4096), k_use);
+        // The first byte is looked at, not taken: OpenSSL reads the socket itself.
+        auto [ec, ignored] = co_await stream_.async_wait_readable(k_use);
+        unsigned char first = 0;
+        if (!ec && ::recv(stream_.socket().native_handle(), &first, 1, MSG_PEEK) != 1)
+            ec = net::error::eof;  // closed (or reset) before saying anything
         if (ec) co_return handshake_failed(ec == beast::error::timeout ? "timeout" : "closed", ec.message());
-        buffer_.commit(n);
         constexpr unsigned char k_handshake_record = 0x16;
-        if (static_cast<const unsigned char*>(buffer_.data().data())[0] != k_handshake_record) {
+        if (first != k_handshake_record) {
+            handshake_failed("plain_http", "plain HTTP sent to the HTTPS port");
             co_await send_error(http::status::bad_request, "plain_http_to_https_port",
                                 "This port speaks HTTPS; the request was plain HTTP.");
-            co_return handshake_failed("plain_http", "plain HTTP sent to the HTTPS port");
+            co_await linger_then_close(stream_);  // the request unread: no reset may destroy the answer
+            co_return false;
         }
-        auto hec = co_await stream_.tls_accept(rt->server_tls, buffer_.data());
-        buffer_.consume(buffer_.size());
+        auto hec = co_await stream_.tls_accept(rt->server_tls);
         if (hec)
             co_return handshake_failed(hec == beast::error::timeout ? "timeout" : "protocol", stream_.tls_failure(hec));
         services_.metrics.tls_handshakes.add({stream_.tls_version()});

@@ -79,6 +79,17 @@ int select_alpn(SSL*, const unsigned char** out, unsigned char* out_len, const u
     return SSL_TLSEXT_ERR_OK;
 }
 
+// A close without close_notify reads as the end of the stream: many servers and clients
+// close that way, and HTTP's framing says whether a message was whole.
+constexpr std::uint64_t k_options = SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION | SSL_OP_IGNORE_UNEXPECTED_EOF;
+
+void common_modes(SSL_CTX* ctx) {
+    // Idle connections give their record buffers back (most of a kept-alive client's life);
+    // read-ahead takes a record header and body in one read rather than two.
+    SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    SSL_CTX_set_read_ahead(ctx, 1);
+}
+
 int session_index() {
     static const int index = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
     return index;
@@ -110,9 +121,8 @@ std::shared_ptr<ssl::context> make_server_context(const config::ServerTlsConfig&
     SSL_CTX* native = ctx->native_handle();
     SSL_CTX_set_min_proto_version(native, tls.min_version == 13 ? TLS1_3_VERSION : TLS1_2_VERSION);
     // No renegotiation: a client could otherwise make a read want to write, and spend our CPU.
-    SSL_CTX_set_options(native, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE);
-    // Idle connections give their record buffers back: most of a kept-alive client's life.
-    SSL_CTX_set_mode(native, SSL_MODE_RELEASE_BUFFERS);
+    SSL_CTX_set_options(native, k_options | SSL_OP_CIPHER_SERVER_PREFERENCE);
+    common_modes(native);
     static constexpr unsigned char k_session_context[] = "tokengate";
     SSL_CTX_set_session_id_context(native, k_session_context, sizeof k_session_context - 1);
     load_pair(native, tls.cert, tls.key, config_path);
@@ -132,8 +142,8 @@ ClientContext::ClientContext(const config::ClientTlsConfig& tls, const std::stri
     : context_(std::make_unique<ssl::context>(ssl::context::tls_client)), verifies_(!tls.insecure_skip_verify) {
     SSL_CTX* native = context_->native_handle();
     SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION);
-    SSL_CTX_set_options(native, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
-    SSL_CTX_set_mode(native, SSL_MODE_RELEASE_BUFFERS);
+    SSL_CTX_set_options(native, k_options);
+    common_modes(native);
     ERR_clear_error();
     if (!tls.ca_file.path.empty()) {
         if (SSL_CTX_load_verify_locations(native, tls.ca_file.path.c_str(), nullptr) != 1)

@@ -79,6 +79,21 @@ public:
             [this, buffers](auto&& completion) { socket_.async_write_some(buffers, std::move(completion)); });
     }
 
+    /// Waits until the socket is readable (or writable), under the deadline like a read;
+    /// completes with (error, 0). The TLS layer's way to wait: OpenSSL does the I/O itself.
+    template <class Token>
+    auto async_wait(net::socket_base::wait_type what, Token&& token) {
+        auto wait = [this, what](auto&& completion) {
+            socket_.async_wait(what, [c = std::move(completion)](const beast::error_code& ec) mutable {
+                std::move(c)(ec, std::size_t{0});
+            });
+        };
+        if (untimed_reads_ && what == net::socket_base::wait_read)
+            return net::async_initiate<Token, void(beast::error_code, std::size_t)>(
+                [wait](auto handler) mutable { wait(std::move(handler)); }, token);
+        return start<void(beast::error_code, std::size_t)>(std::forward<Token>(token), std::size_t{0}, wait);
+    }
+
     template <class Endpoints, class Token>
     auto async_connect(const Endpoints& endpoints, Token&& token) {
         return start<void(beast::error_code, net::ip::tcp::endpoint)>(
@@ -143,9 +158,11 @@ private:
 };
 
 /// A client's or an upstream's connection: a TimedSocket, and TLS over it once a handshake
-/// made it so (SPEC §16). Plain connections take the socket's path with no extra cost; TLS
-/// operations go through OpenSSL in timed_stream.cpp (type-erased handlers), so no other
-/// file compiles the TLS stream.
+/// made it so (SPEC §16). Plain connections take the socket's path with no extra cost. Over
+/// TLS, OpenSSL reads and writes the socket itself (as in nginx) and an operation waits for
+/// readiness when it must: no buffers of our own between the two, so an idle connection holds
+/// little more than OpenSSL's session state (its record buffers are released when idle). It
+/// is all in timed_stream.cpp, behind type-erased handlers.
 class TimedStream {
 public:
     using executor_type = net::any_io_executor;
@@ -164,15 +181,14 @@ public:
     void cancel() { raw_.cancel(); }
     bool tls() const noexcept { return tls_ != nullptr; }
 
-    /// The server's side of a handshake; `received` is what was already read from the client.
-    net::awaitable<beast::error_code> tls_accept(std::shared_ptr<net::ssl::context> context,
-                                                 net::const_buffer received);
+    /// The server's side of a handshake (nothing read from the socket yet: peek to decide).
+    net::awaitable<beast::error_code> tls_accept(std::shared_ptr<net::ssl::context> context);
     /// The client's side, to `host`, offering the context's last session. `resumed` says
     /// whether the server took it.
     net::awaitable<beast::error_code> tls_connect(std::shared_ptr<tls::ClientContext> context, const std::string& host,
                                                   bool& resumed);
-    /// Sends close_notify (bounded by `timeout`): a client reading to the end of the
-    /// connection can tell our close from a cut.
+    /// Sends close_notify (bounded by `timeout`; the peer's is not waited for): a client
+    /// reading to the end of the connection can tell our close from a cut.
     net::awaitable<void> tls_close(std::chrono::nanoseconds timeout);
     /// Whether the handshake resumed an earlier session.
     bool tls_resumed() const;
@@ -204,6 +220,12 @@ public:
         return raw_.async_connect(endpoints, std::forward<Token>(token));
     }
 
+    /// Until the socket has something to read (under the deadline); completes with (error, 0).
+    template <class Token>
+    auto async_wait_readable(Token&& token) {
+        return raw_.async_wait(net::socket_base::wait_read, std::forward<Token>(token));
+    }
+
     /// A read that no deadline ends: the session's watch for a client that goes away while
     /// the upstream works, when the deadline belongs to the writes.
     template <class Handler>
@@ -216,8 +238,10 @@ public:
         });
     }
 
-private:
     struct TlsLayer;
+    struct TlsStep;
+
+private:
     // TLS writes one buffer per operation (as SSL_write does); a write of several small
     // buffers (head and body) is gathered into one record instead of one record each.
     static constexpr std::size_t k_max_record = 16 * 1024;
