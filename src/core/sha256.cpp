@@ -3,15 +3,23 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include <memory>
 #include <stdexcept>
 
 namespace tokengate::core {
 
-// OpenSSL's SHA-256 (with its SHA-NI / AVX2 code paths) rather than one of our own.
+// OpenSSL's SHA-256 (with its SHA-NI / AVX2 code paths) rather than one of our own. Every
+// request hashes its key: the algorithm is fetched once (OpenSSL 3's implicit fetch, as in
+// EVP_Digest(..., EVP_sha256()), takes a global lock each call: 629 ns against 152 ns here
+// for a 30-byte key) and each thread reuses one context.
 Sha256Digest sha256(std::string_view data) {
+    static EVP_MD* const md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+    thread_local std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
     Sha256Digest out;
     unsigned size = 0;
-    if (EVP_Digest(data.data(), data.size(), out.data(), &size, EVP_sha256(), nullptr) != 1 || size != out.size())
+    if (!md || !ctx || EVP_DigestInit_ex2(ctx.get(), md, nullptr) != 1 ||
+        EVP_DigestUpdate(ctx.get(), data.data(), data.size()) != 1 ||
+        EVP_DigestFinal_ex(ctx.get(), out.data(), &size) != 1 || size != out.size())
         throw std::runtime_error("SHA-256 failed");
     return out;
 }
