@@ -126,8 +126,10 @@ private:
             co_return false;
         }
         auto hec = co_await stream_.tls_accept(rt->server_tls);
-        if (hec)
-            co_return handshake_failed(hec == beast::error::timeout ? "timeout" : "protocol", stream_.tls_failure(hec));
+        if (hec) {
+            auto reason = hec == beast::error::timeout ? "timeout" : hec == net::error::eof ? "closed" : "protocol";
+            co_return handshake_failed(reason, stream_.tls_failure(hec));
+        }
         services_.metrics.tls_handshakes.add({stream_.tls_version()});
         co_return true;
     }
