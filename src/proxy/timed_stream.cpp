@@ -75,6 +75,8 @@ struct TimedStream::TlsLayer {
 
 namespace {
 
+constexpr auto k_await = net::as_tuple(net::use_awaitable);
+
 beast::error_code last_ssl_error() {
     auto e = ERR_get_error();
     ERR_clear_error();
@@ -95,6 +97,16 @@ struct TimedStream::TlsStep {
     std::size_t size;
     ReadHandler handler;
 
+    /// A handshake or a close, awaited: one step, then every retry, to the end.
+    static net::awaitable<beast::error_code> run(TimedStream* stream, Kind kind) {
+        auto [ec, ignored] = co_await net::async_initiate<decltype(k_await), void(beast::error_code, std::size_t)>(
+            [stream, kind](auto handler) {
+                TlsStep{stream, kind, nullptr, 0, std::move(handler)}();
+            },
+            k_await);
+        co_return ec;
+    }
+
     void operator()(beast::error_code ec = {}, std::size_t = 0) {
         if (ec) return std::move(handler)(ec, 0);
         SSL* ssl = stream->tls_->ssl;
@@ -110,7 +122,8 @@ struct TimedStream::TlsStep {
         }
         if (r == 1) {
             // A big gathered write leaves its copy behind; an idle connection should not keep it.
-            if (kind == Kind::write && stream->write_scratch_.capacity() > 4096) std::string().swap(stream->write_scratch_);
+            if (kind == Kind::write && stream->write_scratch_.capacity() > 4096)
+                std::string().swap(stream->write_scratch_);
             return std::move(handler)(beast::error_code{}, done);
         }
         switch (SSL_get_error(ssl, r)) {
@@ -135,8 +148,6 @@ TimedStream::~TimedStream() = default;
 
 namespace {
 
-constexpr auto k_use = net::as_tuple(net::use_awaitable);
-
 /// Errors before the handshake starts (no descriptor, no memory) read as a failed handshake.
 beast::error_code attach(net::ip::tcp::socket& socket, SSL* ssl) {
     beast::error_code ec;
@@ -152,9 +163,7 @@ net::awaitable<beast::error_code> TimedStream::tls_accept(std::shared_ptr<net::s
     if (!ssl) co_return last_ssl_error();
     tls_ = std::make_unique<TlsLayer>(ssl, std::move(context));
     if (auto ec = attach(socket(), ssl)) co_return ec;
-    auto [ec, ignored] = co_await net::async_initiate<decltype(k_use), void(beast::error_code, std::size_t)>(
-        [this](auto handler) { TlsStep{this, TlsStep::Kind::accept, nullptr, 0, std::move(handler)}(); }, k_use);
-    co_return ec;
+    co_return co_await TlsStep::run(this, TlsStep::Kind::accept);
 }
 
 net::awaitable<beast::error_code> TimedStream::tls_connect(std::shared_ptr<tls::ClientContext> context,
@@ -164,8 +173,7 @@ net::awaitable<beast::error_code> TimedStream::tls_connect(std::shared_ptr<tls::
     context->prepare(ssl, host);
     tls_ = std::make_unique<TlsLayer>(ssl, std::move(context));
     if (auto ec = attach(socket(), ssl)) co_return ec;
-    auto [ec, ignored] = co_await net::async_initiate<decltype(k_use), void(beast::error_code, std::size_t)>(
-        [this](auto handler) { TlsStep{this, TlsStep::Kind::connect, nullptr, 0, std::move(handler)}(); }, k_use);
+    auto ec = co_await TlsStep::run(this, TlsStep::Kind::connect);
     resumed = !ec && SSL_session_reused(ssl) == 1;
     co_return ec;
 }
@@ -173,8 +181,7 @@ net::awaitable<beast::error_code> TimedStream::tls_connect(std::shared_ptr<tls::
 net::awaitable<void> TimedStream::tls_close(std::chrono::nanoseconds timeout) {
     if (!tls_) co_return;
     raw_.expires_after(timeout);
-    co_await net::async_initiate<decltype(k_use), void(beast::error_code, std::size_t)>(
-        [this](auto handler) { TlsStep{this, TlsStep::Kind::shutdown, nullptr, 0, std::move(handler)}(); }, k_use);
+    co_await TlsStep::run(this, TlsStep::Kind::shutdown);
 }
 
 bool TimedStream::tls_resumed() const { return tls_ && SSL_session_reused(tls_->ssl) == 1; }

@@ -49,7 +49,12 @@ UpstreamRequest make_upstream_request(const http::request_header<>& client, cons
     auto forwarded = client["X-Forwarded-For"];
     head.append("X-Forwarded-For: ");
     if (!forwarded.empty()) head.append(forwarded).append(", ");
-    head.append(from.peer).append("\r\nX-Forwarded-Proto: http\r\n");
+    head.append(from.peer).append(wire::k_crlf);
+    // The scheme the client used: ours, unless a trusted proxy in front (a TLS-terminating load
+    // balancer) says what it was.
+    auto proto = client["X-Forwarded-Proto"];
+    if (!from.peer_is_trusted_proxy || proto.empty()) proto = from.https ? "https" : "http";
+    wire::field(head, "X-Forwarded-Proto", proto);
     wire::field(head, "X-Real-IP", from.client_ip);
     wire::field(head, "X-Request-Id", from.request_id);
     auto method = client.method();

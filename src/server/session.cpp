@@ -254,7 +254,7 @@ private:
             co_return false;
         }
         proxy::ClientOrigin origin{peer_, rec.client_ip, proxy::is_trusted_proxy(cfg.server.trusted_proxies, peer_),
-                                   rec.request_id};
+                                   rec.request_id, stream_.tls()};
         proxy::ClientSide client{stream_, reply.keep_alive, reply.version, req.method() == http::verb::head};
         auto budget = pipeline::stream_budget(cfg.cost, admitted, permit.decision());
         auto done = co_await pipeline::exchange(

@@ -22,6 +22,7 @@ struct ClientOrigin {
     std::string_view client_ip;  // the client as judged (X-Forwarded-For through trusted proxies)
     bool peer_is_trusted_proxy = false;
     std::string_view request_id;
+    bool https = false;  // it came to the TLS listener: X-Forwarded-Proto says https
 };
 
 /// Writes the upstream request: the normalised target under the upstream's base path; the
