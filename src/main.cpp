@@ -35,7 +35,7 @@ usage:
   tokengate serve -c gateway.yaml        run the gateway (also: tokengate -c gateway.yaml)
   tokengate check -c gateway.yaml        validate a config and print a summary
   tokengate hash-key KEY                 print the sha256: form of an API key for the config
-  tokengate mock-upstream --port N [--host H] [--tokens-per-s R] [--tls-cert F --tls-key F]
+  tokengate mock-upstream --port N [--host H] [--tokens-per-s R] [--tls-cert F --tls-key F [--tls-client-ca F]]
                                          run an OpenAI-compatible fake backend
   tokengate --version
 )";
@@ -164,6 +164,7 @@ int mock_upstream(const std::vector<std::string>& args) {
         if (auto v = option_value(args, {"--tokens-per-s"})) options.tokens_per_s = std::stod(*v);
         if (auto v = option_value(args, {"--tls-cert"})) options.tls_cert = *v;
         if (auto v = option_value(args, {"--tls-key"})) options.tls_key = *v;
+        if (auto v = option_value(args, {"--tls-client-ca"})) options.tls_client_ca = *v;
     } catch (const std::exception&) {
         std::cerr << "mock-upstream: invalid option value\n" << k_usage;
         return 2;

@@ -418,6 +418,7 @@ int run_mock_upstream(const MockOptions& options) {
         tls.cert.path = options.tls_cert;
         tls.key.path = options.tls_key;
         stats.tls = tls::make_server_context(tls, "mock-upstream");
+        if (!options.tls_client_ca.empty()) tls::require_client_certificates(*stats.tls, options.tls_client_ca);
     }
     net::signal_set signals(ioc, SIGINT, SIGTERM);
     signals.async_wait([&](const beast::error_code&, int) { ioc.stop(); });

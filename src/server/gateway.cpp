@@ -13,6 +13,7 @@
 #include "services.hpp"
 #include "tokengate/config/loader.hpp"
 #include "tokengate/server/responses.hpp"
+#include "tokengate/tls/context.hpp"
 
 namespace tokengate::server {
 
@@ -63,6 +64,7 @@ public:
             acc.listen();
             admin_port_ = acc.local_endpoint().port();
         }
+        note_certificate(*services_.runtime.get());
         // Last: nothing that can still fail may follow connections bound to the loops.
         services_.store = make_store(*config, clock, services_.registry, workers_);
     }
@@ -120,7 +122,9 @@ public:
         const auto& was = previous->config->store;
         if (store_changed(was, config->store))
             spdlog::warn("reload: store backend, URL and pool take effect only at restart");
-        services_.runtime.set(std::make_shared<const Runtime>(std::move(config), previous.get()));
+        auto fresh = std::make_shared<const Runtime>(std::move(config), previous.get());
+        note_certificate(*fresh);
+        services_.runtime.set(std::move(fresh));
     }
 
     bool reload_from_file(std::string& error) override {
@@ -145,6 +149,12 @@ public:
     unsigned short plain_port() const override { return plain_port_; }
 
 private:
+    void note_certificate(const Runtime& runtime) {
+        if (runtime.server_tls)
+            services_.metrics.tls_certificate_not_after.set(
+                {}, static_cast<double>(tls::certificate_not_after(*runtime.server_tls)));
+    }
+
     static void run_worker(Worker& w) {
         for (;;) {
             try {

@@ -51,7 +51,11 @@ GatewayMetrics::GatewayMetrics(metrics::Registry& r)
                                        {"reason"})),
       upstream_tls_handshakes(r.counter("tokengate_upstream_tls_handshakes_total",
                                         "TLS handshakes with https upstreams: full, resumed or failed.",
-                                        {"upstream", "result"})) {
+                                        {"upstream", "result"})),
+      tls_certificate_not_after(r.gauge("tokengate_tls_certificate_not_after_seconds",
+                                        "When the listener's certificate expires (Unix time); alert on it minus "
+                                        "time().",
+                                        {})) {
     // The model label is the client's string: per tenant, the first 64 models get series of
     // their own, later ones share "_other".
     tokens.limit_values_per(0, 1, 64);

@@ -53,6 +53,7 @@ struct GatewayMetrics {
     metrics::Family& tls_handshakes;
     metrics::Family& tls_handshake_failures;
     metrics::Family& upstream_tls_handshakes;
+    metrics::Family& tls_certificate_not_after;
 };
 
 /// Shared by every worker thread.

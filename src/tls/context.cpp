@@ -9,6 +9,7 @@
 #include <boost/asio/ssl/error.hpp>
 
 #include <cstring>
+#include <ctime>
 #include <memory>
 
 #include "tokengate/config/loader.hpp"
@@ -136,6 +137,21 @@ std::shared_ptr<ssl::context> make_server_context(const config::ServerTlsConfig&
         SSL_CTX_set_alpn_select_cb(native, select_alpn, wire);
     }
     return ctx;
+}
+
+std::int64_t certificate_not_after(ssl::context& context) {
+    X509* cert = SSL_CTX_get0_certificate(context.native_handle());
+    struct tm tm {};
+    if (!cert || !ASN1_TIME_to_tm(X509_get0_notAfter(cert), &tm)) return 0;
+    return static_cast<std::int64_t>(timegm(&tm));
+}
+
+void require_client_certificates(ssl::context& context, const std::string& ca_file) {
+    SSL_CTX* native = context.native_handle();
+    ERR_clear_error();
+    if (SSL_CTX_load_verify_locations(native, ca_file.c_str(), nullptr) != 1)
+        throw std::runtime_error(with_reason("cannot load the client CA " + ca_file));
+    SSL_CTX_set_verify(native, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
 }
 
 ClientContext::ClientContext(const config::ClientTlsConfig& tls, const std::string& config_path)

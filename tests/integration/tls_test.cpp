@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -45,10 +46,14 @@ public:
         in("openssl req -x509 " + ec + " -keyout ca.key -out ca.pem -days 30 -subj /CN=tokengate-test-ca");
         in("openssl req -x509 " + ec + " -keyout other-ca.key -out other-ca.pem -days 30 -subj /CN=untrusted-ca");
         std::ofstream(dir() + "/san.ext") << "subjectAltName=DNS:localhost,IP:127.0.0.1\n";
-        for (const std::string name : {"first", "second"}) {
+        std::ofstream(dir() + "/elsewhere.ext") << "subjectAltName=DNS:elsewhere.example\n";
+        std::ofstream(dir() + "/client.ext") << "extendedKeyUsage=clientAuth\n";
+        // first, second: for localhost; elsewhere: a name that is not; client: mutual TLS.
+        for (const std::string name : {"first", "second", "elsewhere", "client"}) {
+            auto ext = name == "elsewhere" || name == "client" ? name + ".ext" : std::string("san.ext");
             in("openssl req " + ec + " -keyout " + name + ".key -out " + name + ".csr -subj /CN=" + name);
             in("openssl x509 -req -in " + name + ".csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 30 -extfile " +
-               "san.ext -out " + name + ".pem");
+               ext + " -out " + name + ".pem");
         }
         in("faketime '2020-01-01 00:00:00' openssl x509 -req -in first.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
            "-days 1 -extfile san.ext -out expired.pem");
@@ -201,6 +206,11 @@ TEST(Tls, CurlOverHttpsGetsJsonAndAStream) {
     auto m = gw.metrics_after(2);
     EXPECT_EQ(metric_total(m, "tokengate_tls_handshakes_total"), 2) << m;
     EXPECT_EQ(metric_total(m, "tokengate_tls_handshake_failures_total"), 0) << m;
+    // The certificate was made for 30 days: its expiry, for an alert to watch.
+    auto expires = metric_total(m, "tokengate_tls_certificate_not_after_seconds");
+    auto now = static_cast<double>(std::time(nullptr));
+    EXPECT_GT(expires, now + 29 * 86400.0) << m;
+    EXPECT_LT(expires, now + 31 * 86400.0) << m;
 }
 
 TEST(Tls, TheOpenAiSdkOverHttpsJsonAndStream) {
@@ -342,6 +352,45 @@ TEST(Tls, AnUpstreamCertificateThatFailsVerificationIs502WithTheReasonInTheLog) 
     EXPECT_EQ(metric_line(gw.admin(Request{"GET", "/metrics", {}, ""}).body,
                           "tokengate_upstream_tls_handshakes_total{upstream=\"mock\",result=\"failed\"}"),
               "tokengate_upstream_tls_handshakes_total{upstream=\"mock\",result=\"failed\"} 3");
+}
+
+TEST(Tls, AnUpstreamIsCheckedByNameAndGetsTheClientCertificateItAsksFor) {
+    Certificates certs;
+    auto chat = [](const GatewayUnderTest& gw) {
+        return gw.request(
+            Request{"POST", "/v1/chat/completions", {{"Authorization", "Bearer k1"}}, chat_body("m", "hi", 2, false)});
+    };
+    {  // a certificate for another name, from a CA we trust: still refused
+        GatewayUnderTest gw(k_routes, "", 1000, "    tls: { ca_file: " + certs.path("ca.pem") + " }\n", {},
+                            std::make_pair(certs.path("elsewhere.pem"), certs.path("elsewhere.key")));
+        EXPECT_EQ(chat(gw).status, 502);
+        EXPECT_TRUE(gw.log_contains("certificate verification failed: hostname mismatch")) << gw.log();
+    }
+    // An upstream that wants a client certificate: a mock of its own with --tls-client-ca,
+    // configured as a second upstream beside the harness's. With a client certificate
+    // configured it answers; without one, the handshake fails.
+    auto mock_port = free_port();
+    Process mock(
+        {gateway_binary(), "mock-upstream", "--port", std::to_string(mock_port), "--tokens-per-s", "0", "--tls-cert",
+         certs.path("first.pem"), "--tls-key", certs.path("first.key"), "--tls-client-ca", certs.path("ca.pem")},
+        certs.path("mock.log"));
+    ASSERT_TRUE(wait_for_output(mock, certs.path("mock.log"), "listening on"));
+    auto through = [&](const std::string& client) {
+        GatewayUnderTest gw(
+            "routes:\n  - { path: /v1/chat/completions, upstreams: [mtls] }\n"
+            "tenants:\n  - { id: acme, keys: [\"k1\"] }\n",
+            "", 1000,
+            "  - name: mtls\n    url: https://localhost:" + std::to_string(mock_port) +
+                "\n    tls: { ca_file: " + certs.path("ca.pem") + client + " }\n");
+        auto r = chat(gw);
+        return std::make_pair(r.status, gw.log());
+    };
+    auto with = through(", client_cert: " + certs.path("client.pem") + ", client_key: " + certs.path("client.key"));
+    EXPECT_EQ(with.first, 200) << with.second;
+    // TLS 1.3 refuses a missing client certificate after the client's side of the handshake
+    // is done: the refusal arrives as the response would, and is a 502 all the same.
+    auto without = through("");
+    EXPECT_EQ(without.first, 502) << without.second;
 }
 
 TEST(Tls, ACertificateReloadUnderLoadFailsNoRequestAndKeepsOpenConnections) {

@@ -11,6 +11,7 @@ struct MockOptions {
     double tokens_per_s = 200;  // 0 = generate instantly
     std::string tls_cert;       // both set: the mock speaks HTTPS (an https upstream for the tests)
     std::string tls_key;
+    std::string tls_client_ca;  // set: every client must present a certificate this CA signed
 };
 
 /// An OpenAI-compatible fake inference server: /v1/chat/completions, /v1/completions (JSON and

@@ -8,6 +8,7 @@
 #include <boost/asio/ssl/context.hpp>
 #include <boost/system/error_code.hpp>
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,6 +22,14 @@ namespace ssl = boost::asio::ssl;
 /// The listener's context: the certificate chain and its key, checked to match and to be
 /// valid now; the minimum version; ALPN limited to what `alpn` lists.
 std::shared_ptr<ssl::context> make_server_context(const config::ServerTlsConfig& tls, const std::string& config_path);
+
+/// When the context's certificate expires, in seconds since the epoch (0 without one): the
+/// gauge an alert watches, as the blackbox exporter's probe_ssl_earliest_cert_expiry.
+std::int64_t certificate_not_after(ssl::context& context);
+
+/// Makes a server context ask every client for a certificate signed by a CA in `ca_file`
+/// (mutual TLS). The mock upstream uses it to stand for an upstream that requires one.
+void require_client_certificates(ssl::context& context, const std::string& ca_file);
 
 /// Everything a connection to one TLS server needs: the context (trusted CAs, a client
 /// certificate) and the server's latest session, offered again for resumption. Shared by
