@@ -9,6 +9,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <iostream>
@@ -32,7 +33,9 @@ using namespace tokengate;
 constexpr const char* k_usage = R"(tokengate — a rate-limiting gateway for OpenAI-compatible LLM APIs
 
 usage:
-  tokengate serve -c gateway.yaml        run the gateway (also: tokengate -c gateway.yaml)
+  tokengate serve -c gateway.yaml [--ignore-state]
+                                         run the gateway (also: tokengate -c gateway.yaml);
+                                         --ignore-state: start afresh if store.state_file is unusable
   tokengate check -c gateway.yaml        validate a config and print a summary
   tokengate hash-key KEY                 print the sha256: form of an API key for the config
   tokengate mock-upstream --port N [--host H] [--tokens-per-s R] [--tls-cert F --tls-key F [--tls-client-ca F]]
@@ -110,14 +113,14 @@ std::shared_ptr<spdlog::logger> make_access_log(const config::LogConfig& log) {
     return logger;
 }
 
-int serve(const std::string& path) {
+int serve(const std::string& path, bool ignore_state) {
     auto cfg = load_or_report(path);
     if (!cfg) return 1;
     spdlog::set_level(spdlog::level::from_str(cfg->log.level));
     core::SteadyClock clock;
     std::unique_ptr<server::Gateway> gateway;
     try {
-        gateway = server::make_gateway(cfg, path, make_access_log(cfg->log), clock);
+        gateway = server::make_gateway(cfg, path, make_access_log(cfg->log), clock, ignore_state);
     } catch (const std::exception& e) {
         spdlog::critical("cannot start: {}", e.what());
         return 1;
@@ -209,7 +212,8 @@ int main(int argc, char** argv) {
             std::cerr << "tokengate " << command << ": missing -c <config file>\n";
             return 2;
         }
-        return command == "check" ? check(*path) : serve(*path);
+        bool ignore_state = std::find(args.begin(), args.end(), "--ignore-state") != args.end();
+        return command == "check" ? check(*path) : serve(*path, ignore_state);
     }
     std::cerr << "tokengate: unknown command '" << command << "'\n" << k_usage;
     return 2;

@@ -1,5 +1,7 @@
 #include "tokengate/config/loader.hpp"
 
+#include <unistd.h>
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -291,13 +293,29 @@ struct Loader {
     }
 
     void store(const YAML::Node& n) {
-        r.expect_map(n, "store", {"backend", "redis"});
+        r.expect_map(n, "store", {"backend", "redis", "state_file", "snapshot_interval"});
         if (n["backend"]) {
             auto b = r.string_of(n["backend"], "store.backend");
             if (b == "memory") config.store.backend = StoreBackend::memory;
             else if (b == "redis") config.store.backend = StoreBackend::redis;
             else r.fail(n["backend"], "store.backend must be memory or redis, got '" + b + "'");
         }
+        if (n["state_file"]) {
+            if (config.store.backend != StoreBackend::memory)
+                r.fail(n["state_file"],
+                       "store.state_file keeps the memory store's levels; with redis they live in Redis");
+            auto& f = config.store.state_file;
+            f.path = relative_to_config(r.string_of(n["state_file"], "store.state_file"));
+            if (f.path.empty()) r.fail(n["state_file"], "store.state_file must name a file");
+            auto slash = f.path.rfind('/');
+            auto dir =
+                slash == std::string::npos ? std::string(".") : f.path.substr(0, std::max<std::size_t>(slash, 1));
+            if (::access(dir.c_str(), W_OK) != 0)
+                r.fail(n["state_file"], "store.state_file: the directory " + dir + " is not writable");
+            f.at = {n["state_file"].Mark().line + 1, n["state_file"].Mark().column + 1};
+        }
+        if (n["snapshot_interval"])
+            config.store.snapshot_interval = r.duration(n["snapshot_interval"], "store.snapshot_interval");
         if (const auto& rd = n["redis"]) {
             r.expect_map(rd, "store.redis", {"url", "prefix", "timeout", "pool", "on_error", "tls"});
             auto& c = config.store.redis;
@@ -421,13 +439,17 @@ struct Loader {
 
     /// A file named by the config: relative to the config file, not the cwd; it must be
     /// readable now (its contents are checked by whoever loads it, at `at`).
-    std::string readable_file(const YAML::Node& n, std::string_view what, std::string_view kind, KeyPosition& at) {
-        auto path = r.string_of(n, what);
-        if (path.empty()) r.fail(n, std::string(what) + " must name a file");
-        if (path.front() != '/') {
+    std::string relative_to_config(std::string path) const {
+        if (!path.empty() && path.front() != '/') {
             auto slash = r.file().rfind('/');
             if (slash != std::string::npos) path = r.file().substr(0, slash + 1) + path;
         }
+        return path;
+    }
+
+    std::string readable_file(const YAML::Node& n, std::string_view what, std::string_view kind, KeyPosition& at) {
+        auto path = relative_to_config(r.string_of(n, what));
+        if (path.empty()) r.fail(n, std::string(what) + " must name a file");
         if (!std::ifstream(path)) r.fail(n, "cannot read " + std::string(kind) + " file " + path);
         at = {n.Mark().line + 1, n.Mark().column + 1};
         return path;

@@ -23,6 +23,15 @@ RateBucket::RateBucket(const config::LimitSpec& spec, Nanos now)
     tat_ = now + ticks_for(capacity_ * (1.0 - std::clamp(fill, 0.0, 1.0)));
 }
 
+RateBucket RateBucket::restored(double capacity, double rate_per_s, double tokens, Nanos now) {
+    RateBucket b;
+    b.capacity_ = capacity;
+    b.rate_per_s_ = rate_per_s;
+    b.tau_ = b.ticks_for(capacity);
+    b.tat_ = now + b.ticks_for(capacity - std::clamp(tokens, -capacity, capacity));
+    return b;
+}
+
 RateBucket::Ticks RateBucket::ticks_for(double amount) const {
     double ticks = amount * static_cast<double>(k_nanos_per_second) / rate_per_s_;
     if (!(ticks > 0)) return 0;  // also NaN

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "services.hpp"
+#include "state_keeper.hpp"
 #include "tokengate/config/loader.hpp"
 #include "tokengate/server/responses.hpp"
 #include "tokengate/tls/context.hpp"
@@ -34,7 +35,7 @@ void log_exception(std::exception_ptr e) {
 class GatewayImpl final : public Gateway {
 public:
     GatewayImpl(std::shared_ptr<const config::GatewayConfig> config, std::string config_path,
-                std::shared_ptr<spdlog::logger> log, const core::Clock& clock)
+                std::shared_ptr<spdlog::logger> log, const core::Clock& clock, bool ignore_state)
         : services_(std::make_shared<const Runtime>(config), std::move(log), clock) {
         services_.config_path = std::move(config_path);
         services_.reload = [this](std::string& error) { return reload_from_file(error); };
@@ -67,6 +68,9 @@ public:
         note_certificate(*services_.runtime.get());
         // Last: nothing that can still fail may follow connections bound to the loops.
         services_.store = make_store(*config, clock, services_.registry, workers_);
+        if (config->store.backend == config::StoreBackend::memory && !config->store.state_file.path.empty())
+            state_.emplace(config->store.state_file.path, config->store.snapshot_interval, services_.store->local(),
+                           clock, services_.registry, ignore_state);
     }
 
     void run() override {
@@ -80,8 +84,10 @@ public:
         std::vector<std::thread> threads;
         for (std::size_t i = 1; i < workers_.size(); ++i)
             threads.emplace_back([w = workers_[i].get()] { run_worker(*w); });
+        if (state_) state_->start();
         run_worker(*workers_.front());
         for (auto& t : threads) t.join();
+        if (state_) state_->stop();                      // and the last snapshot, with every settlement in it
         for (auto& w : workers_) w->flush_access_log();  // the loops are done: no line stays behind
         services_.store->stop();
     }
@@ -266,13 +272,16 @@ private:
     unsigned short plain_port_ = 0;
     std::optional<net::ip::tcp::acceptor> admin_acceptor_;
     std::atomic<bool> stopping_{false};
+    std::optional<StateKeeper> state_;  // store.state_file
 };
 
 }  // namespace
 
 std::unique_ptr<Gateway> make_gateway(std::shared_ptr<const config::GatewayConfig> config, std::string config_path,
-                                      std::shared_ptr<spdlog::logger> access_log, const core::Clock& clock) {
-    return std::make_unique<GatewayImpl>(std::move(config), std::move(config_path), std::move(access_log), clock);
+                                      std::shared_ptr<spdlog::logger> access_log, const core::Clock& clock,
+                                      bool ignore_state) {
+    return std::make_unique<GatewayImpl>(std::move(config), std::move(config_path), std::move(access_log), clock,
+                                         ignore_state);
 }
 
 }  // namespace tokengate::server

@@ -199,6 +199,37 @@ std::size_t MemoryStore::evict_idle() {
     return evicted;
 }
 
+std::vector<MemoryStore::SavedBucket> MemoryStore::save() const {
+    std::vector<SavedBucket> out;
+    auto now = clock_.now();
+    for (const auto& shard : shards_) {
+        std::lock_guard lock(shard.mutex);
+        for (const auto& [key, b] : shard.buckets) {
+            if (b.queue || b.rate.capacity() <= 0 || b.rate.is_full(now)) continue;  // concurrency: capacity 0
+            out.push_back({key, b.rate.capacity(), b.rate.rate_per_s(), b.rate.tokens(now)});
+        }
+    }
+    return out;
+}
+
+std::size_t MemoryStore::restore(const std::vector<SavedBucket>& saved, core::Nanos downtime) {
+    auto now = clock_.now();
+    double down_s = static_cast<double>(std::max<core::Nanos>(0, downtime)) / core::k_nanos_per_second;
+    std::size_t restored = 0;
+    for (const auto& s : saved) {
+        double tokens = std::min(s.capacity, s.tokens + s.rate_per_s * down_s);
+        if (tokens >= s.capacity) continue;
+        auto& shard = shards_[shard_of(s.key)];
+        std::lock_guard lock(shard.mutex);
+        if (shard.buckets.size() >= max_per_shard_) continue;
+        Bucket b;
+        b.rate = limiter::RateBucket::restored(s.capacity, s.rate_per_s, tokens, now);
+        shard.buckets.insert_or_assign(s.key, std::move(b));
+        ++restored;
+    }
+    return restored;
+}
+
 std::size_t MemoryStore::size() const {
     std::size_t n = 0;
     for (const auto& shard : shards_) {

@@ -386,6 +386,7 @@ GatewayUnderTest::GatewayUnderTest(const std::string& config_body, const std::st
         std::vector<std::string> command = launcher;
         for (std::string a : {gateway_binary(), "serve", "-c"}) command.push_back(a);
         command.push_back(dir_.path() + "/gateway.yaml");
+        command_ = command;
         gateway_.emplace(command, dir_.path() + "/gateway.log");
         if (wait_for_output(*gateway_, dir_.path() + "/gateway.log",
                             "tokengate listening on 127.0.0.1:" + std::to_string(port_) + "\n"))
@@ -394,6 +395,18 @@ GatewayUnderTest::GatewayUnderTest(const std::string& config_body, const std::st
         port_ = free_port();
         admin_port_ = free_port();
     }
+}
+
+bool GatewayUnderTest::restart(int signal, const std::vector<std::string>& extra, int* exit_code) {
+    int code = gateway_->stop(signal);
+    if (exit_code) *exit_code = code;
+    gateway_.reset();
+    auto log_path = dir_.path() + "/gateway.log";
+    std::filesystem::rename(log_path, log_path + ".1");
+    auto command = command_;
+    command.insert(command.end(), extra.begin(), extra.end());
+    gateway_.emplace(command, log_path);
+    return wait_for_output(*gateway_, log_path, "tokengate listening on 127.0.0.1:" + std::to_string(port_) + "\n");
 }
 
 bool GatewayUnderTest::log_contains(const std::string& text, std::chrono::milliseconds timeout) const {

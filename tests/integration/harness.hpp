@@ -188,6 +188,10 @@ public:
     /// The access log is written asynchronously: waits until `text` appears in it.
     bool log_contains(const std::string& text, std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
     Process& gateway() { return *gateway_; }
+    /// Stops the gateway with `signal` (its exit code, or -1, in `exit_code`), then starts it
+    /// again on the same config and ports with `extra` arguments. False if it did not come up:
+    /// log() says why (the previous run's log is kept as gateway.log.1).
+    bool restart(int signal, const std::vector<std::string>& extra = {}, int* exit_code = nullptr);
     const std::string& dir() const { return dir_.path(); }
     Response request(const Request& r) const { return send_request(port_, r); }
 
@@ -199,6 +203,7 @@ private:
     std::string config_head_;
     std::optional<Process> mock_;
     std::optional<Process> gateway_;
+    std::vector<std::string> command_;
 };
 
 }  // namespace tokengate::testing

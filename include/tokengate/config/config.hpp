@@ -203,6 +203,9 @@ struct RedisConfig {
 struct StoreConfig {
     StoreBackend backend = StoreBackend::memory;
     RedisConfig redis;
+    /// The memory store's bucket levels, kept across restarts (SPEC §14); empty: not kept.
+    ConfigFile state_file;
+    core::Nanos snapshot_interval = 10 * core::k_nanos_per_second;
 };
 
 struct LogConfig {

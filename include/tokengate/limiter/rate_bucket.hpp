@@ -29,6 +29,9 @@ public:
     /// A new bucket: a token bucket at its `initial` fill, a leaky meter empty (full of room).
     RateBucket(const config::LimitSpec& spec, core::Nanos now);
 
+    /// A bucket brought back from a state file: `tokens` (down to −capacity, a debt) at `now`.
+    static RateBucket restored(double capacity, double rate_per_s, double tokens, core::Nanos now);
+
     Verdict check(double amount, core::Nanos now) const;
     /// Charges an amount check() admitted (anything else is clamped to the debt floor).
     void consume(double amount, core::Nanos now);

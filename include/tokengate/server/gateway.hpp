@@ -35,7 +35,10 @@ public:
     virtual unsigned short plain_port() const = 0;
 };
 
+/// `ignore_state`: a store.state_file that cannot be used is set aside (logged) instead of
+/// stopping the start (`serve --ignore-state`).
 std::unique_ptr<Gateway> make_gateway(std::shared_ptr<const config::GatewayConfig> config, std::string config_path,
-                                      std::shared_ptr<spdlog::logger> access_log, const core::Clock& clock);
+                                      std::shared_ptr<spdlog::logger> access_log, const core::Clock& clock,
+                                      bool ignore_state = false);
 
 }  // namespace tokengate::server

@@ -40,6 +40,22 @@ public:
     void queue_cancel(const limiter::Charge& charge, std::uint64_t ticket) override;
     void queue_set_waker(const limiter::Charge& charge, std::uint64_t ticket, std::function<void()> wake) override;
 
+    /// A rate bucket's level, as a state file keeps it (store.state_file, SPEC §14).
+    struct SavedBucket {
+        std::string key;
+        double capacity = 0;
+        double rate_per_s = 0;
+        double tokens = 0;  // at the snapshot; below zero: a debt
+    };
+    /// Every token bucket and leaky meter that is not full (a full one is as good as none:
+    /// evict_idle drops it). Queues and concurrency slots belong to connections, which a
+    /// restart ends, and are not kept.
+    std::vector<SavedBucket> save() const;
+    /// Brings saved buckets back, each refilled by `downtime` at its rate; those full by now
+    /// are left out. Their capacity and rate are the snapshot's until the first decision
+    /// reconfigures them to the current config (absolute level kept, as on reload).
+    std::size_t restore(const std::vector<SavedBucket>& saved, core::Nanos downtime);
+
     /// Drops buckets that are full again and hold no concurrency; returns how many.
     std::size_t evict_idle();
     std::size_t size() const;
