@@ -17,7 +17,7 @@ constexpr auto k_use = net::as_tuple(net::use_awaitable);
 /// means the upstream sent something no request asked for (a second response, a late body),
 /// which the next request would take as its own answer: another tenant's response.
 bool unusable(TimedStream& stream) {
-    if (stream.tls_unread()) return true;  // the same, already inside the TLS layer
+    if (stream.tls()) return !stream.tls_idle_and_clean();  // the same, asked of the TLS layer
     char byte;
     auto fd = stream.socket().native_handle();
     ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);

@@ -188,7 +188,16 @@ bool TimedStream::tls_resumed() const { return tls_ && SSL_session_reused(tls_->
 
 const char* TimedStream::tls_version() const { return tls_ ? SSL_get_version(tls_->ssl) : ""; }
 
-bool TimedStream::tls_unread() const { return tls_ && SSL_has_pending(tls_->ssl) == 1; }
+bool TimedStream::tls_idle_and_clean() {
+    if (!tls_) return false;
+    ERR_clear_error();
+    char byte;
+    std::size_t n = 0;
+    int r = SSL_peek_ex(tls_->ssl, &byte, 1, &n);  // non-blocking: reads only what has arrived
+    bool clean = r != 1 && SSL_get_error(tls_->ssl, r) == SSL_ERROR_WANT_READ;
+    ERR_clear_error();
+    return clean;
+}
 
 std::string TimedStream::tls_failure(const beast::error_code& ec) const {
     return tls::failure_reason(ec, tls_ ? tls_->ssl : nullptr);

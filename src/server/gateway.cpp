@@ -127,7 +127,7 @@ public:
             spdlog::warn("reload: server.tls.plain_listen changed; it takes effect only at restart");
         const auto& was = previous->config->store;
         if (store_changed(was, config->store))
-            spdlog::warn("reload: store backend, URL and pool take effect only at restart");
+            spdlog::warn("reload: store backend, URL, pool, TLS and state file take effect only at restart");
         auto fresh = std::make_shared<const Runtime>(std::move(config), previous.get());
         note_certificate(*fresh);
         services_.runtime.set(std::move(fresh));

@@ -54,7 +54,8 @@ std::unique_ptr<store::Store> make_store(const config::GatewayConfig& config, co
 
 bool store_changed(const config::StoreConfig& was, const config::StoreConfig& now) {
     return now.backend != was.backend || now.redis.url != was.redis.url || now.redis.pool != was.redis.pool ||
-           now.redis.tls != was.redis.tls;
+           now.redis.tls != was.redis.tls || now.state_file.path != was.state_file.path ||
+           now.snapshot_interval != was.snapshot_interval;
 }
 
 }  // namespace tokengate::server

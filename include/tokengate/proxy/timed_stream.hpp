@@ -194,8 +194,11 @@ public:
     bool tls_resumed() const;
     /// "TLSv1.3" and the like; "" for a plain connection.
     const char* tls_version() const;
-    /// Bytes the TLS layer holds that no read has taken yet.
-    bool tls_unread() const;
+    /// For a pooled TLS connection about to be reused: true if it is clean, i.e. there is
+    /// no application data waiting, and the peer has not closed or failed it. TLS messages
+    /// that came after the last response (TLS 1.3 session tickets often do) are taken in
+    /// passing, without blocking.
+    bool tls_idle_and_clean();
     /// Why the handshake failed (the certificate check's verdict when that was it).
     std::string tls_failure(const beast::error_code& ec) const;
 
