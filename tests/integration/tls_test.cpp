@@ -213,6 +213,30 @@ TEST(Tls, CurlOverHttpsGetsJsonAndAStream) {
     EXPECT_LT(expires, now + 31 * 86400.0) << m;
 }
 
+TEST(Tls, MinVersionAndAlpnAreWhatTheClientGets) {
+    Certificates certs;
+    GatewayUnderTest gw(k_routes, server_tls(certs, ", min_version: \"1.3\""));
+    auto s_client = [&](const std::string& options) {
+        return capture("openssl s_client -connect 127.0.0.1:" + std::to_string(gw.port()) + " -CAfile " +
+                       certs.path("ca.pem") + " " + options + " < /dev/null 2>&1");
+    };
+    auto tls13 = s_client("-tls1_3 -alpn h2,http/1.1");
+    EXPECT_NE(tls13.find("New, TLSv1.3, Cipher is "), std::string::npos) << tls13;
+    EXPECT_NE(tls13.find("ALPN protocol: http/1.1"), std::string::npos) << tls13;  // never h2: not spoken
+    EXPECT_NE(tls13.find("Verify return code: 0 (ok)"), std::string::npos) << tls13;
+    auto tls12 = s_client("-tls1_2");
+    EXPECT_NE(tls12.find("New, (NONE), Cipher is (NONE)"), std::string::npos) << tls12;
+    EXPECT_NE(tls12.find("alert protocol version"), std::string::npos) << tls12;
+    // Counted once the gateway has sent its alert and closed: possibly just after the client
+    // read it.
+    std::string counted;
+    for (auto deadline = steady::now() + 5s; counted.empty() && steady::now() < deadline;
+         std::this_thread::sleep_for(20ms))
+        counted = metric_line(gw.admin(Request{"GET", "/metrics", {}, ""}).body,
+                              "tokengate_tls_handshake_failures_total{reason=\"protocol\"}");
+    EXPECT_EQ(counted, "tokengate_tls_handshake_failures_total{reason=\"protocol\"} 1");
+}
+
 TEST(Tls, TheOpenAiSdkOverHttpsJsonAndStream) {
     auto shared = fs::path(TOKENGATE_BUILD_DIR) / "openai-sdk";
     fs::create_directories(shared);
