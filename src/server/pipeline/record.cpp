@@ -8,7 +8,6 @@ namespace tokengate::server::pipeline {
 namespace {
 
 void count(const RequestRecord& r, GatewayMetrics& m) {
-    m.requests.add({r.tenant, r.route, std::to_string(r.status)});
     if (!r.rejected_limit.empty()) m.rejections.add({r.rejected_level, r.rejected_limit, r.tenant});
     if (r.cost_reserved > 0) {
         m.cost_reserved.add({r.tenant}, r.cost_reserved);
@@ -16,6 +15,9 @@ void count(const RequestRecord& r, GatewayMetrics& m) {
     }
     if (r.prompt_tokens) m.tokens.add({r.tenant, r.model, "prompt"}, static_cast<double>(r.prompt_tokens));
     if (r.completion_tokens) m.tokens.add({r.tenant, r.model, "completion"}, static_cast<double>(r.completion_tokens));
+    // Last: whoever sees the request counted (a scrape, a test waiting for N answers) sees
+    // everything else about it too.
+    m.requests.add({r.tenant, r.route, std::to_string(r.status)});
 }
 
 }  // namespace
