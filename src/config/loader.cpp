@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -255,7 +256,7 @@ struct Loader {
             r.fail(n["insecure_skip_verify"], what + ": insecure_skip_verify and ca_file contradict each other");
         if (t.insecure_skip_verify)
             r.warn(n["insecure_skip_verify"],
-                   what + ": certificates are not verified; anyone on the path can read " + "and change this traffic",
+                   what + ": certificates are not verified; anyone on the path can read and change this traffic",
                    config);
         return t;
     }
@@ -307,9 +308,8 @@ struct Loader {
             auto& f = config.store.state_file;
             f.path = relative_to_config(r.string_of(n["state_file"], "store.state_file"));
             if (f.path.empty()) r.fail(n["state_file"], "store.state_file must name a file");
-            auto slash = f.path.rfind('/');
-            auto dir =
-                slash == std::string::npos ? std::string(".") : f.path.substr(0, std::max<std::size_t>(slash, 1));
+            auto dir = std::filesystem::path(f.path).parent_path().string();
+            if (dir.empty()) dir = ".";
             if (::access(dir.c_str(), W_OK) != 0)
                 r.fail(n["state_file"], "store.state_file: the directory " + dir + " is not writable");
             f.at = {n["state_file"].Mark().line + 1, n["state_file"].Mark().column + 1};

@@ -26,6 +26,33 @@ bool is_connection_failure(const beast::error_code& ec) {
            ec == net::error::broken_pipe || ec == http::error::end_of_stream || ec == net::error::eof;
 }
 
+struct Ending {
+    ConnectionPool& pool;
+    UpstreamHealth& health;
+    std::unique_ptr<UpstreamConnection> conn;
+    core::Nanos now;
+};
+
+/// What a relayed exchange comes to: its outcome, the upstream's health, and its connection
+/// back to the pool (only when the response ended as HTTP says and may be followed) or closed.
+ForwardOutcome after_relay(const Relayed& relayed, bool client_gone, unsigned status, bool reusable, Ending end) {
+    const auto& cfg = end.pool.config();
+    if (relayed.upstream_failed && !client_gone) {
+        end.health.record_failure(cfg, end.now);
+        end.pool.release(std::move(end.conn), false);
+        // Nothing reached the client yet (the head waited for the body): it can still get a 502.
+        return relayed.head_sent ? ForwardOutcome::upstream_broken : ForwardOutcome::upstream_unavailable;
+    }
+    if (relayed.client_failed || client_gone) {
+        end.pool.release(std::move(end.conn), false);
+        return ForwardOutcome::client_gone;
+    }
+    if (status >= 500) end.health.record_failure(cfg, end.now);
+    else end.health.record_success();
+    end.pool.release(std::move(end.conn), reusable);
+    return ForwardOutcome::completed;
+}
+
 }  // namespace
 
 std::string client_head(const http::response_parser<http::buffer_body>& parser, RelayOptions& options, bool& chunked,
@@ -121,29 +148,13 @@ net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& heal
     RelayOptions options{client.version, client.keep_alive, client.head_request, cfg.stream_idle_timeout,
                          k_upstream_header_limit};
     auto relayed = co_await relay(conn->stream, conn->buffer, *parser, chunk, client.stream, options, hooks);
-    bool head_sent = relayed.head_sent, upstream_failed = relayed.upstream_failed;
-    bool client_failed = relayed.client_failed;
     result.body_bytes = relayed.body_bytes;
-    result.response_started = head_sent;
+    result.response_started = relayed.head_sent;
     result.stopped = relayed.stopped;
-
     watch.active = nullptr;
-    if (upstream_failed && !watch.client_gone) {
-        health.record_failure(cfg, clock.now());
-        pool.release(std::move(conn), false);
-        // Nothing reached the client yet (the head waited for the body): it can still get a 502.
-        result.outcome = head_sent ? ForwardOutcome::upstream_broken : ForwardOutcome::upstream_unavailable;
-        co_return result;
-    }
-    if (client_failed || watch.client_gone) {
-        pool.release(std::move(conn), false);
-        result.outcome = ForwardOutcome::client_gone;
-        co_return result;
-    }
-    if (result.status >= 500) health.record_failure(cfg, clock.now());
-    else health.record_success();
-    pool.release(std::move(conn), upstream_keep_alive && parser->is_done() && !client.head_request);
-    result.outcome = ForwardOutcome::completed;
+    bool reusable = upstream_keep_alive && parser->is_done() && !client.head_request;
+    result.outcome =
+        after_relay(relayed, watch.client_gone, result.status, reusable, {pool, health, std::move(conn), clock.now()});
     co_return result;
 }
 

@@ -95,7 +95,7 @@ struct TimedStream::TlsStep {
     Kind kind;
     void* data;
     std::size_t size;
-    ReadHandler handler;
+    IoHandler handler;
 
     /// A handshake or a close, awaited: one step, then every retry, to the end.
     static net::awaitable<beast::error_code> run(TimedStream* stream, Kind kind) {
@@ -203,11 +203,11 @@ std::string TimedStream::tls_failure(const beast::error_code& ec) const {
     return tls::failure_reason(ec, tls_ ? tls_->ssl : nullptr);
 }
 
-void TimedStream::tls_read(net::mutable_buffer into, ReadHandler handler) {
+void TimedStream::tls_read(net::mutable_buffer into, IoHandler handler) {
     TlsStep{this, TlsStep::Kind::read, into.data(), into.size(), std::move(handler)}();
 }
 
-void TimedStream::tls_write(net::const_buffer from, ReadHandler handler) {
+void TimedStream::tls_write(net::const_buffer from, IoHandler handler) {
     TlsStep{this, TlsStep::Kind::write, const_cast<void*>(from.data()), from.size(), std::move(handler)}();
 }
 

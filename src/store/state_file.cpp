@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -158,8 +159,8 @@ bool write_state_file(const std::string& path, std::string_view bytes, std::stri
         return fail("cannot rename");
     }
     // The rename itself must reach the disk, or a crash could bring the old name back.
-    auto slash = path.rfind('/');
-    auto dir = slash == std::string::npos ? std::string(".") : path.substr(0, std::max<std::size_t>(slash, 1));
+    auto dir = std::filesystem::path(path).parent_path().string();
+    if (dir.empty()) dir = ".";
     if (int d = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); d >= 0) {
         ::fsync(d);
         ::close(d);

@@ -48,9 +48,6 @@ public:
 
     executor_type get_executor() noexcept { return socket_.get_executor(); }
     net::ip::tcp::socket& socket() noexcept { return socket_; }
-    // What a stream layered on this one (TLS) asks for.
-    using lowest_layer_type = net::ip::tcp::socket;
-    lowest_layer_type& lowest_layer() noexcept { return socket_; }
 
     /// Operations pending when `timeout` has passed, or started after, fail with timeout.
     void expires_after(std::chrono::nanoseconds timeout);
@@ -61,12 +58,11 @@ public:
         socket_.cancel(ignored);
     }
 
-    /// While set, reads ignore the deadline (see TimedStream::async_watch_read).
+    /// While set, waits for readability ignore the deadline (see TimedStream::async_watch_read).
     void untimed_reads(bool on) noexcept { untimed_reads_ = on; }
 
     template <class MutableBuffers, class Token>
     auto async_read_some(const MutableBuffers& buffers, Token&& token) {
-        if (untimed_reads_) return socket_.async_read_some(buffers, std::forward<Token>(token));
         return start<void(beast::error_code, std::size_t)>(
             std::forward<Token>(token), std::size_t{0},
             [this, buffers](auto&& completion) { socket_.async_read_some(buffers, std::move(completion)); });
@@ -135,10 +131,8 @@ private:
             [this, empty](auto handler, Perform perform) {
                 if (dog_->expired) {  // struck while no operation was pending
                     close_socket();
-                    // Through the socket's executor: never inline, and every handler here
-                    // belongs to that one single-threaded loop (the TLS layer's type-erased
-                    // executor is not one post() accepts in Boost 1.81).
-                    net::post(get_executor(), [h = std::move(handler), empty]() mutable {
+                    auto ex = net::get_associated_executor(handler, get_executor());
+                    net::post(ex, [h = std::move(handler), empty]() mutable {
                         std::move(h)(beast::error::timeout, std::move(empty));
                     });
                     return;
@@ -166,7 +160,7 @@ private:
 class TimedStream {
 public:
     using executor_type = net::any_io_executor;
-    using ReadHandler = net::any_completion_handler<void(beast::error_code, std::size_t)>;
+    using IoHandler = net::any_completion_handler<void(beast::error_code, std::size_t)>;
 
     explicit TimedStream(executor_type ex);
     explicit TimedStream(net::ip::tcp::socket socket);
@@ -270,8 +264,8 @@ private:
         return net::buffer(write_scratch_);
     }
 
-    void tls_read(net::mutable_buffer into, ReadHandler handler);
-    void tls_write(net::const_buffer from, ReadHandler handler);
+    void tls_read(net::mutable_buffer into, IoHandler handler);
+    void tls_write(net::const_buffer from, IoHandler handler);
 
     TimedSocket raw_;
     std::unique_ptr<TlsLayer> tls_;

@@ -42,7 +42,6 @@ public:
     ClientContext& operator=(const ClientContext&) = delete;
 
     ssl::context& context() { return *context_; }
-    bool verifies() const { return verifies_; }
     /// Readies a new connection to `host`: SNI (for a name, not an address), the name or
     /// address the certificate must carry, and the last session for resumption.
     void prepare(SSL* ssl, const std::string& host);
