@@ -6,6 +6,8 @@
 # redis-server of its own. Prints req/s, latency, the ratio to the memory store, and the
 # Redis round trips per request (EVALSHA + EVAL calls from INFO commandstats ÷ requests). The
 # upstream's usage differs from the reservation, so every request also settles on Redis.
+# The Lua script's own cost (issue 19): "redis+quota" adds a daily token quota to every tenant;
+# "script us/req" is INFO commandstats' usec for EVALSHA + EVAL (decide and settle) per request.
 # timeout 250ms: on this box wrk, nginx, tokengate and Redis share the cores, and scheduling
 # hiccups at 256 connections pass 50 ms (fail_closed then shows them as 503s).
 set -euo pipefail
@@ -33,6 +35,7 @@ wait_port "$static_port"; wait_port "$redis_port"
 redis() { redis-cli -p "$redis_port" "$@"; }
 redis_cpu() { redis INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user):/{n+=$2} END{print n+0}'; }
 script_calls() { redis INFO commandstats | tr -d '\r' | awk -F'[=,:]' '/^cmdstat_eval(sha)?:/{n+=$3} END{print n+0}'; }
+script_usec() { redis INFO commandstats | tr -d '\r' | awk -F'[=,:]' '/^cmdstat_eval(sha)?:/{n+=$5} END{print n+0}'; }
 
 start_tokengate() {  # name workers store
   local name=$1 workers=$2 store=$3 p; p=$(port)
@@ -48,12 +51,15 @@ start_tokengate() {  # name workers store
     echo "    limits:"
     echo "      - { name: requests, algorithm: token_bucket, capacity: 1000000, rate: 1000000/s }"
     echo "      - { name: tokens, algorithm: token_bucket, capacity: 10000000, rate: 10000000/s, unit: cost }"
+    if [ "$store" = redis+quota ]; then
+      echo "      - { name: daily-tokens, algorithm: quota, period: day, limit: 1e15, unit: tokens }"
+    fi
     echo "tenants:"
     for i in $(seq 100); do echo "  - { id: t$i, tier: standard, keys: [ \"bench-key-$i\" ] }"; done
     echo "ip_limits: [ { name: per-ip, algorithm: token_bucket, capacity: 100000000, rate: 100000000/s } ]"
     echo "global_limits: [ { name: gpu, algorithm: leaky_bucket, mode: police, capacity: 1000000000, rate: 1000000000/s, unit: cost } ]"
     echo "log: { access: $work/$name/access.log, level: warn }"
-    if [ "$store" = redis ]; then
+    if [ "$store" != memory ]; then
       echo "store: { backend: redis, redis: { url: \"redis://127.0.0.1:$redis_port/0\", timeout: 250ms, pool: 8, on_error: fail_closed } }"
     fi
   } > "$work/$name/gateway.yaml"
@@ -64,24 +70,30 @@ run_wrk() {  # port conns
   wrk -t2 -c"$2" -d"${secs}s" --latency -s bench/wrk-chat.lua "http://127.0.0.1:$1" 2>&1 | grep '^RESULT' || echo "RESULT 0 0 0 0 0 0"
 }
 
-printf '%-16s %3s %5s %10s %9s %9s %8s %10s %10s %10s\n' store workers conns "req/s" "p50 ms" "p99 ms" non-2xx "x memory" "redis/req" "redis cpu"
+printf '%-16s %3s %5s %10s %9s %9s %8s %10s %10s %10s %14s\n' store workers conns "req/s" "p50 ms" "p99 ms" non-2xx "x memory" "redis/req" "redis cpu" "script us/req"
 for workers in 1 2; do
   read -r m_port m_pid < <(start_tokengate "memory-$workers" "$workers" memory)
   read -r r_port r_pid < <(start_tokengate "redis-$workers" "$workers" redis)
-  wait_port "$m_port"; wait_port "$r_port"
+  read -r q_port q_pid < <(start_tokengate "quota-$workers" "$workers" redis+quota)
+  wait_port "$m_port"; wait_port "$r_port"; wait_port "$q_port"
   for conns in 64 256; do
     read -r _ m_rps m_p50 m_p99 m_bad _ _ < <(run_wrk "$m_port" "$conns")
-    before=$(script_calls); cpu_before=$(redis_cpu)
-    read -r _ r_rps r_p50 r_p99 r_bad r_total _ < <(run_wrk "$r_port" "$conns")
-    cpu_after=$(redis_cpu)
-    sleep 0.5  # the last settlements land
-    after=$(script_calls)
-    redis_busy=$(python3 -c "print(f'{100*($cpu_after-$cpu_before)/$secs:.0f}%')")
-    ratio=$(python3 -c "print(f'{$r_rps/max($m_rps,1):.2f}')")
-    per_req=$(python3 -c "print(f'{($after-$before)/max($r_total,1):.2f}')")
-    printf '%-16s %3s %5s %10s %9s %9s %8s %10s %10s %10s\n' memory "$workers" "$conns" "$m_rps" "$m_p50" "$m_p99" "$m_bad" "1.00" "-" "-"
-    printf '%-16s %3s %5s %10s %9s %9s %8s %10s %10s %10s\n' redis "$workers" "$conns" "$r_rps" "$r_p50" "$r_p99" "$r_bad" "$ratio" "$per_req" "$redis_busy"
+    printf '%-16s %3s %5s %10s %9s %9s %8s %10s %10s %10s %14s\n' memory "$workers" "$conns" "$m_rps" "$m_p50" "$m_p99" "$m_bad" "1.00" "-" "-" "-"
+    for shared in "redis $r_port" "redis+quota $q_port"; do
+      read -r name p <<< "$shared"
+      redis CONFIG RESETSTAT > /dev/null
+      cpu_before=$(redis_cpu)
+      read -r _ r_rps r_p50 r_p99 r_bad r_total _ < <(run_wrk "$p" "$conns")
+      cpu_after=$(redis_cpu)
+      sleep 0.5  # the last settlements land
+      calls=$(script_calls); usec=$(script_usec)
+      redis_busy=$(python3 -c "print(f'{100*($cpu_after-$cpu_before)/$secs:.0f}%')")
+      ratio=$(python3 -c "print(f'{$r_rps/max($m_rps,1):.2f}')")
+      per_req=$(python3 -c "print(f'{$calls/max($r_total,1):.2f}')")
+      us_req=$(python3 -c "print(f'{$usec/max($r_total,1):.2f}')")
+      printf '%-16s %3s %5s %10s %9s %9s %8s %10s %10s %10s %14s\n' "$name" "$workers" "$conns" "$r_rps" "$r_p50" "$r_p99" "$r_bad" "$ratio" "$per_req" "$redis_busy" "$us_req"
+    done
   done
-  kill "$m_pid" "$r_pid" 2>/dev/null || true; sleep 0.3
+  kill "$m_pid" "$r_pid" "$q_pid" 2>/dev/null || true; sleep 0.3
 done
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB; $(date -u +%Y-%m-%d); wrk -t2, ${secs}s per run; redis-server $(redis-server --version | grep -o 'v=[0-9.]*'); logs in $work with BENCH_KEEP=1"

@@ -67,7 +67,7 @@ void BM_Restore(benchmark::State& state) {
     for (auto _ : state) {
         auto fresh = std::make_unique<store::MemoryStore>(f.clock);
         auto decoded = store::decode_state(*store::read_state_file(f.path));
-        restored = fresh->restore(decoded.buckets, 0);
+        restored = fresh->restore(decoded.levels, 0);
         state.PauseTiming();  // freeing a million buckets is not part of a start
         fresh.reset();
         state.ResumeTiming();

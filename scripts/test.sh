@@ -20,26 +20,47 @@ check_format() {
     echo "formatted as .clang-format says"
 }
 
-# libFuzzer (clang) on the parsers that take untrusted input, FUZZ_SECONDS each (default 60).
+# libFuzzer (clang) on the parsers that take untrusted input, FUZZ_SECONDS each (default 60),
+# one target per core at a time: the CI budget is 30 minutes on 2 cores.
+fuzz_one() {
+    local target=$1
+    local work="build/fuzz/work-$target"
+    mkdir -p "$work"
+    local status=0
+    build/fuzz/fuzz_$target -max_total_time="${FUZZ_SECONDS:-60}" -timeout=10 -print_final_stats=1 \
+        -artifact_prefix="build/fuzz/$target-" "$work" "tests/fuzz/corpus/$target" > "build/fuzz/$target.log" 2>&1 || status=$?
+    {
+        echo "=== fuzz $target (${FUZZ_SECONDS:-60} s)"
+        grep -E "^(Done|stat::number_of_executed_units|==|SUMMARY)" "build/fuzz/$target.log" || true
+        if [ "$status" -ne 0 ]; then
+            tail -60 "build/fuzz/$target.log"
+            echo "fuzz target $target found a failure (exit $status); the input is in build/fuzz/" >&2
+        fi
+    } > "build/fuzz/$target.summary" 2>&1
+    return "$status"
+}
+
 run_fuzz() {
     echo "=== fuzz build"
     scripts/setup.sh none clang-14 libclang-rt-14-dev
     CXX=clang++-14 cmake -S tests/fuzz -B build/fuzz > /dev/null
     cmake --build build/fuzz -j "$(nproc)"
-    for target in config request_body sse units image tokenizer exposition request_framing upstream_response tls_session; do
-        echo "=== fuzz $target (${FUZZ_SECONDS:-60} s)"
-        local work="build/fuzz/work-$target"
-        mkdir -p "$work"
-        local status=0
-        build/fuzz/fuzz_$target -max_total_time="${FUZZ_SECONDS:-60}" -timeout=10 -print_final_stats=1 \
-            -artifact_prefix=build/fuzz/ "$work" "tests/fuzz/corpus/$target" > "build/fuzz/$target.log" 2>&1 || status=$?
-        grep -E "^(Done|stat::number_of_executed_units|==|SUMMARY)" "build/fuzz/$target.log" || true
-        if [ "$status" -ne 0 ]; then
-            tail -60 "build/fuzz/$target.log"
-            echo "fuzz target $target found a failure (exit $status); the input is in build/fuzz/" >&2
-            exit 1
+    local targets=(config request_body sse units image tokenizer exposition request_framing upstream_response tls_session)
+    local failed=0 running=0
+    for target in "${targets[@]}"; do
+        if [ "$running" -ge "$(nproc)" ]; then
+            wait -n || failed=1
+            running=$((running - 1))
         fi
+        fuzz_one "$target" &
+        running=$((running + 1))
     done
+    while [ "$running" -gt 0 ]; do
+        wait -n || failed=1
+        running=$((running - 1))
+    done
+    for target in "${targets[@]}"; do cat "build/fuzz/$target.summary"; done
+    if [ "$failed" -ne 0 ]; then exit 1; fi
 }
 
 # The Redis tests start their own redis-server (installed by setup.sh); here its absence fails them.

@@ -22,7 +22,7 @@ void add_level(std::vector<config::Charge>& out, const std::vector<config::Limit
         c.spec = &spec;
         c.level = level;
         c.key = bucket_key(level, spec.name, subject);
-        c.amount = spec.unit == config::Unit::cost ? facts.cost : 1.0;
+        c.amount = facts.reserved.in(spec.unit);
         c.tenant = facts.tenant_id;
         out.push_back(std::move(c));
     }
@@ -42,7 +42,7 @@ std::vector<config::Charge> tenant_charges(const config::TenantConfig& tenant) {
     std::vector<config::Charge> charges;
     charges.reserve(tenant.limits.size());
     for (const auto& spec : tenant.limits)
-        charges.push_back({&spec, Level::tenant, bucket_key(Level::tenant, spec.name, tenant.id), 0, tenant.id});
+        charges.push_back({&spec, Level::tenant, bucket_key(Level::tenant, spec.name, tenant.id), 0, tenant.id, {}});
     return charges;
 }
 

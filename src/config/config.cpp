@@ -17,11 +17,20 @@ const char* to_string(Algorithm algorithm) {
         case Algorithm::token_bucket: return "token_bucket";
         case Algorithm::leaky_bucket: return "leaky_bucket";
         case Algorithm::concurrency: return "concurrency";
+        case Algorithm::quota: return "quota";
     }
     return "?";
 }
 
-const char* to_string(Unit unit) { return unit == Unit::cost ? "cost" : "requests"; }
+const char* to_string(Unit unit) {
+    switch (unit) {
+        case Unit::requests: return "requests";
+        case Unit::cost: return "cost";
+        case Unit::tokens: return "tokens";
+        case Unit::usd: return "usd";
+    }
+    return "requests";
+}
 
 bool glob_match(std::string_view pattern, std::string_view text) {
     std::size_t p = 0, t = 0, star = std::string_view::npos, mark = 0;

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "tokengate/config/units.hpp"
+#include "tokengate/core/calendar.hpp"
 #include "tokengate/core/sha256.hpp"
 
 namespace tokengate::config {
@@ -87,6 +88,8 @@ public:
     }
 
     double positive(const YAML::Node& node, std::string_view what) const {
+        if (node.IsScalar() && node.Scalar().rfind('-', 0) == 0)
+            fail(node, std::string(what) + " must be greater than 0");
         double v = number(node, what);
         if (v <= 0) fail(node, std::string(what) + " must be greater than 0");
         return v;
@@ -157,12 +160,13 @@ struct Loader {
     Reader r;
     GatewayConfig config;
     double min_cost_factor = 1.0;
+    const date::time_zone* zone = core::find_time_zone("UTC");
 
     void load(const YAML::Node& root) {
         if (!root.IsDefined() || root.IsNull()) r.fail(root, "the configuration is empty");
         r.expect_map(root, "the configuration",
                      {"server", "admin", "upstreams", "routes", "models", "cost", "tiers", "tenants", "ip_limits",
-                      "global_limits", "store", "log"});
+                      "global_limits", "store", "log", "quotas"});
         if (root["server"]) server(root["server"]);
         if (root["admin"]) admin(root["admin"]);
         if (root["log"]) log(root["log"]);
@@ -170,6 +174,7 @@ struct Loader {
         if (!root["upstreams"]) r.fail(root, "missing required key 'upstreams'");
         upstreams(root["upstreams"]);
         if (root["models"]) models(root["models"]);
+        if (root["quotas"]) quotas(root["quotas"]);
         if (root["cost"]) cost(root["cost"]);
         if (!root["routes"]) r.fail(root, "missing required key 'routes'");
         routes(root["routes"]);
@@ -417,13 +422,14 @@ struct Loader {
         for (const auto& kv : n) {
             r.expect_map(kv.second, "model",
                          {"cost_factor", "max_output_tokens", "image_tokens", "image_default_tokens",
-                          "media_default_tokens", "tokenizer", "message_overhead"});
+                          "media_default_tokens", "tokenizer", "message_overhead", "price"});
             ModelCost m;
             m.pattern = r.string_of(kv.first, "model name");
             const auto& v = kv.second;
             if (v["tokenizer"]) m.tokenizer = readable_file(v["tokenizer"], "tokenizer", "tokenizer", m.tokenizer_at);
             if (v["message_overhead"]) m.message_overhead = r.whole(v["message_overhead"], "message_overhead", 0, 1000);
             if (v["cost_factor"]) m.cost_factor = r.positive(v["cost_factor"], "cost_factor");
+            if (v["price"]) m.price = price(v["price"]);
             if (v["max_output_tokens"]) m.max_output_tokens = r.whole(v["max_output_tokens"], "max_output_tokens", 1);
             if (v["image_tokens"]) m.image_tokens = image_scheme(v["image_tokens"]);
             if (v["image_default_tokens"])
@@ -556,7 +562,7 @@ struct Loader {
     LimitSpec limit(const YAML::Node& n) {
         r.expect_map(n, "limit",
                      {"name", "algorithm", "capacity", "rate", "unit", "initial", "mode", "max_wait", "max", "enforce",
-                      "fair", "models"});
+                      "fair", "models", "period", "limit"});
         LimitSpec l;
         if (!n["name"]) r.fail(n, "limit is missing 'name'");
         l.name = r.string_of(n["name"], "limit name");
@@ -565,74 +571,157 @@ struct Loader {
         if (algo == "token_bucket") l.algorithm = Algorithm::token_bucket;
         else if (algo == "leaky_bucket") l.algorithm = Algorithm::leaky_bucket;
         else if (algo == "concurrency") l.algorithm = Algorithm::concurrency;
-        else r.fail(n["algorithm"], "unknown algorithm '" + algo + "' (token_bucket, leaky_bucket or concurrency)");
-        if (n["unit"]) {
-            auto u = r.string_of(n["unit"], "unit");
-            if (u == "requests") l.unit = Unit::requests;
-            else if (u == "cost") l.unit = Unit::cost;
-            else r.fail(n["unit"], "unit must be requests or cost, got '" + u + "'");
-        }
-        double min_cost = l.unit == Unit::cost ? min_request_cost() : 1.0;
-        auto check_room = [&](const YAML::Node& at, double value, std::string_view what) {
-            std::ostringstream msg;
-            if (value < min_cost)
-                msg << "limit '" << l.name << "': " << what << " " << value << " is below one request's minimum cost "
-                    << min_cost;
-            else if (value > k_max_capacity)
-                msg << "limit '" << l.name << "': " << what << " " << value << " is above the largest supported, "
-                    << k_max_capacity;
-            if (!msg.str().empty()) r.fail(at, msg.str());
-        };
-        auto reject_key = [&](std::string_view key, std::string_view why) {
+        else if (algo == "quota") l.algorithm = Algorithm::quota;
+        else
+            r.fail(n["algorithm"],
+                   "unknown algorithm '" + algo + "' (token_bucket, leaky_bucket, concurrency or quota)");
+        if (n["unit"]) l.unit = unit(n["unit"], l.algorithm == Algorithm::quota);
+        if (n["enforce"]) l.enforce = r.boolean(n["enforce"], "enforce");
+        if (n["models"]) l.models = r.strings(n["models"], "models");
+        if (l.algorithm == Algorithm::concurrency) concurrency_fields(n, l);
+        else if (l.algorithm == Algorithm::quota) quota_fields(n, l);
+        else rate_fields(n, l);
+        return l;
+    }
+
+    Unit unit(const YAML::Node& n, bool quota) {
+        auto u = r.string_of(n, "unit");
+        if (u == "requests") return Unit::requests;
+        if (u == "cost") return Unit::cost;
+        if (quota && u == "tokens") return Unit::tokens;
+        if (quota && u == "usd") return Unit::usd;
+        if (u == "tokens" || u == "usd")
+            r.fail(n, "unit " + u + " applies only to quota limits (a rate counts requests or cost)");
+        r.fail(n, quota ? "unit must be requests, cost, tokens or usd, got '" + u + "'"
+                        : "unit must be requests or cost, got '" + u + "'");
+    }
+
+    /// A capacity, max or quota limit: within what the limiter holds, and at least one request.
+    void check_room(const YAML::Node& at, const LimitSpec& l, double value, std::string_view what) {
+        double least = l.unit == Unit::cost ? min_request_cost() : l.unit == Unit::requests ? 1.0 : 0.0;
+        std::ostringstream msg;
+        if (value < least)
+            msg << "limit '" << l.name << "': " << what << " " << value << " is below one request's minimum cost "
+                << least;
+        else if (value > k_max_capacity)
+            msg << "limit '" << l.name << "': " << what << " " << value << " is above the largest supported, "
+                << k_max_capacity;
+        if (!msg.str().empty()) r.fail(at, msg.str());
+    }
+
+    void reject_keys(const YAML::Node& n, const LimitSpec& l, Keys keys, std::string_view why) {
+        for (auto key : keys)
             if (n[std::string(key)])
                 r.fail(n[std::string(key)], "limit '" + l.name + "': '" + std::string(key) + "' " + std::string(why));
-        };
-        if (l.algorithm == Algorithm::concurrency) {
-            if (!n["max"]) r.fail(n, "limit '" + l.name + "' (concurrency) is missing 'max'");
-            l.capacity = r.positive(n["max"], "max");
-            check_room(n["max"], l.capacity, "max");
-            for (auto key : {"capacity", "rate", "initial", "mode", "max_wait", "fair"})
-                reject_key(key, "does not apply to concurrency limits");
-        } else {
-            if (!n["capacity"]) r.fail(n, "limit '" + l.name + "' is missing 'capacity'");
-            if (!n["rate"]) r.fail(n, "limit '" + l.name + "' is missing 'rate'");
-            l.capacity = r.positive(n["capacity"], "capacity");
-            check_room(n["capacity"], l.capacity, "capacity");
-            l.rate_per_s = r.rate(n["rate"], "rate");
-            if (l.rate_per_s < k_min_rate || l.rate_per_s > k_max_rate) {
-                std::ostringstream msg;
-                msg << "limit '" << l.name << "': rate " << l.rate_per_s << "/s is outside the supported range "
-                    << k_min_rate << "/s to " << k_max_rate << "/s";
-                r.fail(n["rate"], msg.str());
-            }
-            reject_key("max", "applies only to concurrency limits");
+    }
+
+    void concurrency_fields(const YAML::Node& n, LimitSpec& l) {
+        if (!n["max"]) r.fail(n, "limit '" + l.name + "' (concurrency) is missing 'max'");
+        l.capacity = r.positive(n["max"], "max");
+        check_room(n["max"], l, l.capacity, "max");
+        reject_keys(n, l, {"capacity", "rate", "initial", "mode", "max_wait", "fair", "period", "limit"},
+                    "does not apply to concurrency limits");
+    }
+
+    void quota_fields(const YAML::Node& n, LimitSpec& l) {
+        if (!n["period"]) r.fail(n, "limit '" + l.name + "' (quota) is missing 'period' (day, week or month)");
+        auto period = r.string_of(n["period"], "period");
+        if (period == "day") l.period = core::CalendarPeriod::day;
+        else if (period == "week") l.period = core::CalendarPeriod::week;
+        else if (period == "month") l.period = core::CalendarPeriod::month;
+        else r.fail(n["period"], "period must be day, week or month, got '" + period + "'");
+        if (!n["limit"]) r.fail(n, "limit '" + l.name + "' (quota) is missing 'limit'");
+        l.capacity = r.positive(n["limit"], "limit");
+        check_room(n["limit"], l, l.capacity, "limit");
+        if (!zone) r.fail(n, "limit '" + l.name + "' (quota): no time zone database here (install tzdata)");
+        l.zone = zone;
+        reject_keys(n, l, {"capacity", "rate", "initial", "mode", "max_wait", "fair", "max"},
+                    "does not apply to quota limits (a quota has 'period' and 'limit')");
+        if (l.unit == Unit::usd) warn_unpriced(n, l);
+    }
+
+    /// SPEC §14: a model without a price costs 0 USD, which a usd quota never stops.
+    void warn_unpriced(const YAML::Node& n, const LimitSpec& l) {
+        bool has_default = false;
+        for (const auto& m : config.models) {
+            has_default |= m.pattern == "*";
+            bool applies = l.models.empty() || m.pattern == "*" ||
+                           std::any_of(l.models.begin(), l.models.end(),
+                                       [&](const std::string& p) { return glob_match(p, m.pattern); });
+            if (applies && !m.price)
+                r.warn(n,
+                       "limit '" + l.name + "' counts usd, but model '" + m.pattern +
+                           "' has no price: its requests cost 0 USD",
+                       config);
         }
+        if (!has_default && l.models.empty())
+            r.warn(n,
+                   "limit '" + l.name +
+                       "' counts usd, but models without an entry in 'models' have no price: they cost 0 USD",
+                   config);
+    }
+
+    void rate_fields(const YAML::Node& n, LimitSpec& l) {
+        if (!n["capacity"]) r.fail(n, "limit '" + l.name + "' is missing 'capacity'");
+        if (!n["rate"]) r.fail(n, "limit '" + l.name + "' is missing 'rate'");
+        l.capacity = r.positive(n["capacity"], "capacity");
+        check_room(n["capacity"], l, l.capacity, "capacity");
+        l.rate_per_s = r.rate(n["rate"], "rate");
+        if (l.rate_per_s < k_min_rate || l.rate_per_s > k_max_rate) {
+            std::ostringstream msg;
+            msg << "limit '" << l.name << "': rate " << l.rate_per_s << "/s is outside the supported range "
+                << k_min_rate << "/s to " << k_max_rate << "/s";
+            r.fail(n["rate"], msg.str());
+        }
+        reject_keys(n, l, {"max"}, "applies only to concurrency limits");
+        reject_keys(n, l, {"period", "limit"}, "applies only to quota limits");
         if (l.algorithm == Algorithm::token_bucket) {
             if (n["initial"]) {
                 l.initial = r.number(n["initial"], "initial");
                 if (l.initial < 0 || l.initial > 1) r.fail(n["initial"], "initial must be between 0 and 1");
             }
-            for (auto key : {"mode", "max_wait", "fair"}) reject_key(key, "applies only to leaky_bucket limits");
+            reject_keys(n, l, {"mode", "max_wait", "fair"}, "applies only to leaky_bucket limits");
+            return;
         }
-        if (l.algorithm == Algorithm::leaky_bucket) {
-            reject_key("initial", "applies only to token_bucket limits");
-            if (n["mode"]) {
-                auto m = r.string_of(n["mode"], "mode");
-                if (m == "police") l.mode = LeakyMode::police;
-                else if (m == "shape") l.mode = LeakyMode::shape;
-                else r.fail(n["mode"], "mode must be police or shape, got '" + m + "'");
-            }
-            if (l.mode == LeakyMode::shape) {
-                if (n["max_wait"]) l.max_wait = r.duration(n["max_wait"], "max_wait");
-                if (n["fair"]) l.fair = r.boolean(n["fair"], "fair");
-            } else {
-                reject_key("max_wait", "applies only to mode: shape");
-                reject_key("fair", "applies only to mode: shape");
-            }
+        reject_keys(n, l, {"initial"}, "applies only to token_bucket limits");
+        if (n["mode"]) {
+            auto m = r.string_of(n["mode"], "mode");
+            if (m == "police") l.mode = LeakyMode::police;
+            else if (m == "shape") l.mode = LeakyMode::shape;
+            else r.fail(n["mode"], "mode must be police or shape, got '" + m + "'");
         }
-        if (n["enforce"]) l.enforce = r.boolean(n["enforce"], "enforce");
-        if (n["models"]) l.models = r.strings(n["models"], "models");
-        return l;
+        if (l.mode == LeakyMode::shape) {
+            if (n["max_wait"]) l.max_wait = r.duration(n["max_wait"], "max_wait");
+            if (n["fair"]) l.fair = r.boolean(n["fair"], "fair");
+        } else {
+            reject_keys(n, l, {"max_wait", "fair"}, "applies only to mode: shape");
+        }
+    }
+
+    void quotas(const YAML::Node& n) {
+        r.expect_map(n, "quotas", {"timezone"});
+        if (!n["timezone"]) return;
+        config.quota_timezone = r.string_of(n["timezone"], "quotas.timezone");
+        zone = core::find_time_zone(config.quota_timezone);
+        if (!zone)
+            r.fail(n["timezone"], "unknown time zone '" + config.quota_timezone +
+                                      "' (an IANA name such as UTC, Europe/Berlin or Asia/Shanghai)");
+    }
+
+    ModelPrice price(const YAML::Node& n) {
+        r.expect_map(n, "price", {"input", "output", "cached_input"});
+        ModelPrice p;
+        auto usd = [&](const char* key) {
+            double v = r.number(n[key], std::string("price.") + key);
+            if (!(v >= 0 && v <= 1e9))
+                r.fail(n[key], std::string("price.") + key + " must be between 0 and 1e9 USD per 1M tokens");
+            return v;
+        };
+        if (!n["input"] || !n["output"]) r.fail(n, "price needs 'input' and 'output' (USD per 1M tokens)");
+        p.input = usd("input");
+        p.output = usd("output");
+        p.cached_input = n["cached_input"] ? usd("cached_input") : p.input;
+        return p;
     }
 
     std::vector<LimitSpec> limits(const YAML::Node& n, std::string_view what) {

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -164,6 +165,27 @@ double request_cost(const config::CostConfig& c, double factor, std::uint64_t in
     // Token counts come from clients (max_tokens: 2^64-1) and upstreams: past every limit's
     // capacity (at most 1e15) a cost only needs to stay finite to be refused as never.
     return std::min((in + out) * factor + (stream ? c.stream_surcharge : 0.0), k_max_cost);
+}
+
+double usd_cost(const config::ModelPrice* price, std::uint64_t prompt_tokens, std::uint64_t cached_tokens,
+                std::uint64_t completion_tokens) {
+    if (!price) return 0;
+    auto cached = static_cast<double>(std::min(cached_tokens, prompt_tokens));
+    auto uncached = static_cast<double>(prompt_tokens) - cached;
+    double usd = (uncached * price->input + cached * price->cached_input +
+                  static_cast<double>(completion_tokens) * price->output) /
+                 1e6;
+    return std::min(usd, k_max_cost);
+}
+
+config::Amounts request_amounts(const config::CostConfig& cost, double cost_factor, const config::ModelPrice* price,
+                                std::uint64_t input_tokens, std::uint64_t output_tokens, bool stream) {
+    config::Amounts a;
+    a.cost = request_cost(cost, cost_factor, input_tokens, output_tokens, stream);
+    // Client numbers (max_tokens: 2^64-1) in a double: finite, and refused as never past any limit.
+    a.tokens = std::min(static_cast<double>(input_tokens) + static_cast<double>(output_tokens), k_max_cost);
+    a.usd = usd_cost(price, input_tokens, 0, output_tokens);
+    return a;
 }
 
 }  // namespace tokengate::cost

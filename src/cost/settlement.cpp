@@ -29,17 +29,29 @@ SettledCost settled_cost(const config::CostConfig& config, double cost_factor, c
     if (usage.known) {
         out.prompt_tokens = usage.prompt_known ? usage.prompt_tokens : request.input_tokens;
         out.completion_tokens = usage.completion_tokens;
+        out.cached_tokens = usage.prompt_known ? usage.cached_tokens : 0;
         out.usage_reported = true;
     } else if (observed.is_stream() || !end.completed) {
         // No usage (an older TGI, or a stream cut short): the input and what was sent.
         out.prompt_tokens = request.input_tokens;
         out.completion_tokens = observed.streamed_tokens();
     } else {
-        out.cost = end.status >= 200 && end.status < 300 ? reserved : 0;  // an error generated nothing
+        out.kept_reservation = end.status >= 200 && end.status < 300;
+        out.cost = out.kept_reservation ? reserved : 0;  // an error generated nothing
         return out;
     }
     out.cost = request_cost(config, cost_factor, out.prompt_tokens, out.completion_tokens, request.stream);
     return out;
+}
+
+config::Amounts settled_amounts(const SettledCost& settled, const config::Amounts& reserved,
+                                const config::ModelPrice* price) {
+    if (settled.kept_reservation) return reserved;
+    config::Amounts a;
+    a.cost = settled.cost;
+    a.tokens = static_cast<double>(settled.prompt_tokens) + static_cast<double>(settled.completion_tokens);
+    a.usd = usd_cost(price, settled.prompt_tokens, settled.cached_tokens, settled.completion_tokens);
+    return a;
 }
 
 }  // namespace tokengate::cost

@@ -34,6 +34,11 @@ bool read_usage_object(simdjson::dom::object doc, Usage& out) {
     bool responses_api = usage["input_tokens"].get(ignored) == simdjson::SUCCESS;
     out.prompt_tokens = count_of(usage, responses_api ? "input_tokens" : "prompt_tokens");
     out.completion_tokens = count_of(usage, responses_api ? "output_tokens" : "completion_tokens");
+    simdjson::dom::object details;
+    out.cached_tokens = 0;
+    if (usage[responses_api ? "input_tokens_details" : "prompt_tokens_details"].get_object().get(details) ==
+        simdjson::SUCCESS)
+        out.cached_tokens = std::min(count_of(details, "cached_tokens"), out.prompt_tokens);
     return true;
 }
 

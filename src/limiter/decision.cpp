@@ -24,7 +24,10 @@ void resolve(Decision& decision) {
 std::vector<Charge> charged(std::span<const Charge> charges, const Decision& decision) {
     std::vector<Charge> out;
     for (std::size_t i = 0; i < charges.size(); ++i)
-        if (decision.statuses[i].charged) out.push_back(charges[i]);
+        if (decision.statuses[i].charged) {
+            out.push_back(charges[i]);
+            out.back().window = decision.statuses[i].window;  // a quota settles in the window it was charged in
+        }
     return out;
 }
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "tokengate/core/calendar.hpp"
 #include "tokengate/core/saturate.hpp"
 
 namespace tokengate::limiter {
@@ -25,7 +26,23 @@ std::string remaining_text(const LimitStatus& s) {
     return std::to_string(core::saturate_to_int64(std::floor(std::max(0.0, s.verdict.remaining))));
 }
 
-bool is_rate(const LimitStatus& s) { return s.spec->algorithm != Algorithm::concurrency; }
+bool is_rate(const LimitStatus& s) {
+    return s.spec->algorithm != Algorithm::concurrency && s.spec->algorithm != Algorithm::quota;
+}
+bool is_quota(const LimitStatus& s) { return s.spec->algorithm == Algorithm::quota; }
+
+/// The policy window in seconds: a bucket's time to fill, a quota's calendar window.
+std::int64_t window_seconds(const LimitStatus& s) {
+    if (is_quota(s)) return ceil_seconds(s.window.end - s.window.start);
+    return core::saturate_to_int64(std::ceil(s.spec->capacity / s.spec->rate_per_s),
+                                   core::k_forever / k_nanos_per_second);
+}
+
+/// "1000000 tokens a day", "50 USD a month".
+std::string quota_terms(const config::LimitSpec& spec) {
+    std::string unit = spec.unit == Unit::usd ? "USD" : config::to_string(spec.unit);
+    return format_number(spec.capacity) + " " + unit + " a " + core::to_string(spec.period);
+}
 
 /// The lowest remaining/limit among enforced limits matching `accept`.
 template <typename Pred>
@@ -49,7 +66,11 @@ constexpr OpenAiNames k_tokens_names{"x-ratelimit-limit-tokens", "x-ratelimit-re
                                      "x-ratelimit-reset-tokens"};
 
 void add_openai_set(std::vector<HeaderField>& out, const Decision& d, Unit unit, const OpenAiNames& names) {
-    auto i = tightest(d, [&](const LimitStatus& s) { return is_rate(s) && s.spec->unit == unit; });
+    // A token quota belongs with the token (cost unit) headers, a request quota with the requests'.
+    auto counts = [&](const LimitStatus& s) {
+        return s.spec->unit == unit || (unit == Unit::cost && s.spec->unit == Unit::tokens && is_quota(s));
+    };
+    auto i = tightest(d, [&](const LimitStatus& s) { return (is_rate(s) || is_quota(s)) && counts(s); });
     if (!i) return;
     const auto& s = d.statuses[*i];
     out.push_back({names.limit, format_number(s.spec->capacity)});
@@ -108,11 +129,11 @@ std::vector<HeaderField> rate_limit_headers(const Decision& d, Nanos unix_now) {
         auto remaining = remaining_text(s);
         out.push_back({"X-RateLimit-Limit", limit});
         out.push_back({"X-RateLimit-Remaining", remaining});
-        out.push_back({"X-RateLimit-Reset", std::to_string(ceil_seconds(unix_now + s.verdict.until_full))});
+        // A quota resets at its window's end exactly (the decision's clock read is not this one).
+        auto reset_at = is_quota(s) ? s.window.end : unix_now + s.verdict.until_full;
+        out.push_back({"X-RateLimit-Reset", std::to_string(ceil_seconds(reset_at))});
         std::string policy = "\"" + name + "\";q=" + limit;
-        if (is_rate(s))
-            policy += ";w=" + std::to_string(core::saturate_to_int64(std::ceil(s.spec->capacity / s.spec->rate_per_s),
-                                                                     core::k_forever / k_nanos_per_second));
+        if (is_rate(s) || is_quota(s)) policy += ";w=" + std::to_string(window_seconds(s));
         out.push_back({"RateLimit-Policy", policy});
         out.push_back({"RateLimit",
                        "\"" + name + "\";r=" + remaining + ";t=" + std::to_string(ceil_seconds(s.verdict.until_full))});
@@ -126,8 +147,34 @@ std::vector<HeaderField> rate_limit_headers(const Decision& d, Nanos unix_now) {
         auto ms = d.retry_after / 1'000'000 + (d.retry_after % 1'000'000 != 0);
         out.push_back({"retry-after-ms", std::to_string(std::max<Nanos>(1, ms))});
     }
+    // An exhausted quota is not a moment's congestion: the OpenAI SDKs honour this and do not
+    // retry (they would otherwise retry at once, twice, for nothing).
+    if (!d.allowed && d.rejected >= 0 && is_quota(d.statuses[d.rejected])) out.push_back({"x-should-retry", "false"});
     return out;
 }
+
+namespace {
+
+Rejection describe_quota(const Decision& d, const LimitStatus& s, const Charge& c) {
+    Rejection r;
+    r.type = s.spec->unit == Unit::requests ? "requests" : "tokens";
+    r.code = "insufficient_quota";
+    std::string quota =
+        std::string(config::to_string(s.level)) + " quota '" + s.spec->name + "' (" + quota_terms(*s.spec) + ")";
+    if (d.never()) {
+        r.message = "This request needs " + format_number(c.amount) + ", more than the " + quota +
+                    " allows. Lower max_tokens or shorten the prompt.";
+        return r;
+    }
+    double allowance = s.spec->capacity + s.quota_added;
+    r.message = "You exceeded your " + quota + ": used " +
+                format_number(std::max(0.0, allowance - s.verdict.remaining)) + " of " + format_number(allowance) +
+                ", this request needs " + format_number(c.amount) + ". It resets at " + core::rfc3339(s.window.end) +
+                ".";
+    return r;
+}
+
+}  // namespace
 
 Rejection describe_rejection(const Decision& d, std::span<const Charge> charges) {
     Rejection r;
@@ -135,6 +182,7 @@ Rejection describe_rejection(const Decision& d, std::span<const Charge> charges)
     const auto& s = d.statuses[d.rejected];
     const auto& c = charges[d.rejected];
     std::string where = std::string(config::to_string(s.level)) + " limit '" + s.spec->name + "'";
+    if (is_quota(s)) return describe_quota(d, s, c);
     if (d.never()) {
         r.type = "tokens";
         r.code = "request_too_large_for_limit";

@@ -190,6 +190,10 @@ Connection* RedisStore::pick(Client& c) {
     return least;
 }
 
+core::Nanos RedisStore::quota_now() const {
+    return options_.script_clock ? options_.script_clock->unix_now() : clock_.unix_now();
+}
+
 double RedisStore::script_now_us() const {
     return options_.script_clock ? static_cast<double>(options_.script_clock->now()) / 1000.0 : -1.0;
 }
@@ -282,11 +286,15 @@ net::awaitable<Decision> RedisStore::run_decision(std::span<const Charge> charge
     }
     auto lease = commit ? next_lease() : std::string();
     auto lease_ms = static_cast<double>(options_.lease) / 1e6;
-    auto r = co_await call(
-        *client, decide_call("", options_.config.prefix, charges, commit, lease, lease_ms, script_now_us()).args);
+    auto unix_now = quota_now();
+    auto windows = quota_windows(charges, unix_now);
+    auto r = co_await call(*client, decide_call("", options_.config.prefix, charges, windows, unix_now, commit, lease,
+                                                lease_ms, script_now_us())
+                                        .args);
     if (r.ok()) {
         std::string error;
         if (auto d = parse_decision(r.reply, charges, error)) {
+            for (std::size_t i = 0; i < charges.size(); ++i) d->statuses[i].window = windows[i];
             breaker_.record(true);
             note_success();
             if (!commit) {
@@ -310,7 +318,7 @@ net::awaitable<Decision> RedisStore::run_decision(std::span<const Charge> charge
         std::vector<Charge> slots;
         for (const auto& c : charges)
             if (c.spec->algorithm == config::Algorithm::concurrency) slots.push_back(c);
-        if (!slots.empty()) keep_for_retry(*client, settle_call("", options_.config.prefix, slots, 0, lease, -1).args);
+        if (!slots.empty()) keep_for_retry(*client, settle_call("", options_.config.prefix, slots, {}, lease, -1).args);
     }
     co_return fallback(charges, commit);
 }
@@ -333,8 +341,21 @@ Decision RedisStore::fallback(std::span<const Charge> charges, bool commit) {
     return d;  // nothing charged anywhere: nothing to settle
 }
 
-void RedisStore::settle(std::span<const Charge> charged, double actual_cost, std::string_view lease) {
-    auto args = settle_call("", options_.config.prefix, charged, actual_cost, lease, script_now_us()).args;
+net::awaitable<std::optional<limiter::QuotaState>> RedisStore::quota(const Charge& charge, double add, bool reset) {
+    auto* client = client_here();
+    if (!client || stopping_.load()) co_return std::nullopt;
+    auto unix_now = quota_now();
+    const auto& spec = *charge.spec;
+    auto window = core::calendar_window(*spec.zone, spec.period, unix_now);
+    auto r = co_await call(*client, quota_call("", options_.config.prefix, charge, window, unix_now, add, reset).args);
+    if (!r.ok()) co_return std::nullopt;
+    auto state = parse_quota(r.reply);
+    if (state) state->window = window;
+    co_return state;
+}
+
+void RedisStore::settle(std::span<const Charge> charged, const config::Amounts& actual, std::string_view lease) {
+    auto args = settle_call("", options_.config.prefix, charged, actual, lease, script_now_us()).args;
     if (args.empty()) return;
     if (auto* here = client_here()) {
         send_settlement(*here, std::move(args));

@@ -79,6 +79,11 @@ if op == 'settle' then
     local kind, cap_s, rate_s = ARGV[b], ARGV[b + 1], ARGV[b + 2]
     if kind == 'c' then
       redis.call('ZREM', key, ARGV[3] .. '|' .. ARGV[b + 3])
+    elseif kind == 'q' then
+      -- A quota's key names its window: a window that has ended (and expired) takes nothing.
+      if redis.call('EXISTS', key) == 1 and tonumber(redis.call('HINCRBYFLOAT', key, 'u', ARGV[b + 3])) < 0 then
+        redis.call('HSET', key, 'u', '0')
+      end
     else
       local cap, rate, delta = tonumber(cap_s), tonumber(rate_s), tonumber(ARGV[b + 3])
       local tat = math.max(load_rate(key, cap_s, rate_s, 1), now)
@@ -91,6 +96,15 @@ if op == 'settle' then
     end
   end
   return 1
+end
+
+-- Admin: a quota's top-up (ARGV[3], may be 0) and reset (ARGV[4] == '1'); ARGV[5]: its TTL in ms.
+if op == 'quota' then
+  if ARGV[4] == '1' then redis.call('DEL', KEYS[1]) end
+  if tonumber(ARGV[3]) ~= 0 then redis.call('HINCRBYFLOAT', KEYS[1], 'a', ARGV[3]) end
+  if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], ms(tonumber(ARGV[5]))) end
+  local v = redis.call('HMGET', KEYS[1], 'u', 'a')
+  return {num(tonumber(v[1] or '0')), num(tonumber(v[2] or '0'))}
 end
 
 -- decide / peek: every limit is checked first; only if every enforced one admits is any charged.
@@ -109,9 +123,28 @@ for i, key in ipairs(KEYS) do
   local kind, cap_s, rate_s = ARGV[b], ARGV[b + 1], ARGV[b + 2]
   local cap, rate, amount = tonumber(cap_s), tonumber(rate_s), tonumber(ARGV[b + 3])
   local enforce = ARGV[b + 4] == '1'
-  local admitted, remaining, until_full, retry, wait = false, 0, 0, 0, 0
+  local admitted, remaining, until_full, retry, wait, extra = false, 0, 0, 0, 0, 0
   local s = {kind = kind, cap_s = cap_s, rate_s = rate_s}
-  if kind == 'r' then
+  if kind == 'q' then
+    -- A calendar quota: a hash {u = used, a = top-ups} under a key naming its window, which
+    -- the gateway computed in its time zone; ARGV[b + 5] is the microseconds left in it.
+    local v = redis.call('HMGET', key, 'u', 'a')
+    local used, added = tonumber(v[1] or '0'), tonumber(v[2] or '0')
+    local allowance = cap + added
+    local slack = 1e-9 * math.max(1, allowance)
+    local left = tonumber(ARGV[b + 5])
+    until_full = left
+    if not (amount <= allowance + slack) then
+      retry = -1
+    elseif used + amount <= allowance + slack then
+      admitted = true
+    else
+      retry = left
+    end
+    remaining = allowance - used - (admitted and amount or 0)
+    extra = added
+    s.left = left
+  elseif kind == 'r' then
     local tat = load_rate(key, cap_s, rate_s, tonumber(ARGV[b + 5]))
     local tau = cap * 1e6 / rate
     local base = math.max(tat, now)
@@ -173,13 +206,18 @@ for i, key in ipairs(KEYS) do
   out[n + 3] = dur(until_full)
   out[n + 4] = dur(retry)
   out[n + 5] = dur(wait)
+  out[n + 6] = num(extra)
 end
 if not allowed then out[2] = 0 end
 if op ~= 'decide' or not allowed then return out end
 for i, key in ipairs(KEYS) do
   local s = state[i]
   if s.admitted then
-    if s.kind == 'r' then
+    if s.kind == 'q' then
+      -- Kept a day past the window's end, for settlements still on their way.
+      redis.call('HINCRBYFLOAT', key, 'u', ARGV[5 + (i - 1) * 7 + 3])
+      redis.call('PEXPIRE', key, ms(s.left / 1000 + 86400000))
+    elseif s.kind == 'r' then
       save_rate(key, s.tat, s.cap_s, s.rate_s)
     elseif s.kind == 'c' then
       redis.call('ZADD', key, now + lease_ms * 1000, lease .. '|' .. ARGV[5 + (i - 1) * 7 + 3])
@@ -199,17 +237,26 @@ return out
 
 char kind_of(const config::LimitSpec& spec) {
     if (spec.algorithm == config::Algorithm::concurrency) return 'c';
+    if (spec.algorithm == config::Algorithm::quota) return 'q';
     if (limiter::is_shaping(spec)) return 's';
     return 'r';
 }
 
-std::string key_for(std::string_view prefix, const limiter::Charge& c) {
+/// A quota's key also names its window (its start, in Unix seconds), so that each window is
+/// its own key that expires a day after it ends.
+std::string key_for(std::string_view prefix, const limiter::Charge& c, const core::CalendarWindow& window) {
     std::string key;
-    key.reserve(prefix.size() + c.key.size());
+    key.reserve(prefix.size() + c.key.size() + 12);
     key += prefix;
     key += c.key;
+    if (c.spec->algorithm == config::Algorithm::quota) {
+        key += ':';
+        key += std::to_string(window.start / core::k_nanos_per_second);
+    }
     return key;
 }
+
+double micros(core::Nanos ns) { return static_cast<double>(ns) / 1000.0; }
 
 std::string time_arg(double now_us) { return now_us < 0 ? std::string() : number_text(now_us); }
 
@@ -232,20 +279,32 @@ std::string number_text(double value) {
     return std::string(buf, ec == std::errc{} ? p : buf);
 }
 
+std::vector<core::CalendarWindow> quota_windows(std::span<const limiter::Charge> charges, core::Nanos unix_now) {
+    std::vector<core::CalendarWindow> out(charges.size());
+    for (std::size_t i = 0; i < charges.size(); ++i) {
+        const auto& spec = *charges[i].spec;
+        if (spec.algorithm == config::Algorithm::quota)
+            out[i] = core::calendar_window(*spec.zone, spec.period, unix_now);
+    }
+    return out;
+}
+
 ScriptCall decide_call(std::string_view sha, std::string_view prefix, std::span<const limiter::Charge> charges,
-                       bool commit, std::string_view lease, double lease_ms, double now_us) {
+                       std::span<const core::CalendarWindow> windows, core::Nanos unix_now, bool commit,
+                       std::string_view lease, double lease_ms, double now_us) {
     ScriptCall call;
     auto& a = call.args;
     a.reserve(3 + charges.size() * 8 + 4);
     a.emplace_back("EVALSHA");
     a.emplace_back(sha);
     a.push_back(std::to_string(charges.size()));
-    for (const auto& c : charges) a.push_back(key_for(prefix, c));
+    for (std::size_t i = 0; i < charges.size(); ++i) a.push_back(key_for(prefix, charges[i], windows[i]));
     a.emplace_back(commit ? "decide" : "peek");
     a.push_back(time_arg(now_us));
     a.emplace_back(lease);
     a.push_back(number_text(lease_ms));
-    for (const auto& c : charges) {
+    for (std::size_t i = 0; i < charges.size(); ++i) {
+        const auto& c = charges[i];
         const auto& spec = *c.spec;
         char kind = kind_of(spec);
         a.emplace_back(1, kind);
@@ -259,6 +318,9 @@ ScriptCall decide_call(std::string_view sha, std::string_view prefix, std::span<
                 spec.max_wait > 0 ? static_cast<double>(spec.max_wait) / 1e9 : spec.capacity / spec.rate_per_s;
             a.push_back(number_text(max_wait_s * 1e6));
             a.push_back(number_text(spec.unit == config::Unit::cost ? c.amount : 1.0));
+        } else if (kind == 'q') {
+            a.push_back(number_text(micros(std::max<core::Nanos>(0, windows[i].end - unix_now))));
+            a.emplace_back("0");
         } else {
             a.push_back(number_text(spec.algorithm == config::Algorithm::token_bucket ? spec.initial : 1.0));
             a.emplace_back("0");
@@ -268,17 +330,17 @@ ScriptCall decide_call(std::string_view sha, std::string_view prefix, std::span<
 }
 
 ScriptCall settle_call(std::string_view sha, std::string_view prefix, std::span<const limiter::Charge> charged,
-                       double actual_cost, std::string_view lease, double now_us) {
+                       const config::Amounts& actual, std::string_view lease, double now_us) {
     ScriptCall call;
     std::vector<const limiter::Charge*> due;
     for (const auto& c : charged)
-        if (limiter::settles(c, actual_cost)) due.push_back(&c);
+        if (limiter::settles(c, actual)) due.push_back(&c);
     if (due.empty()) return call;
     auto& a = call.args;
     a.emplace_back("EVALSHA");
     a.emplace_back(sha);
     a.push_back(std::to_string(due.size()));
-    for (const auto* c : due) a.push_back(key_for(prefix, *c));
+    for (const auto* c : due) a.push_back(key_for(prefix, *c, c->window));
     a.emplace_back("settle");
     a.push_back(time_arg(now_us));
     a.emplace_back(lease);
@@ -288,14 +350,32 @@ ScriptCall settle_call(std::string_view sha, std::string_view prefix, std::span<
     a.push_back(adjusts ? std::string(prefix) + "settled:" + std::string(lease)
                         : std::string());  // releases repeat harmlessly
     for (const auto* c : due) {
-        bool concurrency = c->spec->algorithm == config::Algorithm::concurrency;
-        a.emplace_back(concurrency ? "c" : "r");
+        char kind = kind_of(*c->spec);
+        a.emplace_back(1, kind);
         a.push_back(number_text(c->spec->capacity));
         a.push_back(number_text(c->spec->rate_per_s));
         // A lease is named by the amount it took, exactly as decide_call wrote it.
-        a.push_back(number_text(concurrency ? c->amount : actual_cost - c->amount));
+        a.push_back(number_text(kind == 'c' ? c->amount : actual.in(c->spec->unit) - c->amount));
     }
     return call;
+}
+
+ScriptCall quota_call(std::string_view sha, std::string_view prefix, const limiter::Charge& charge,
+                      const core::CalendarWindow& window, core::Nanos unix_now, double add, bool reset) {
+    auto ttl_ms = static_cast<double>(std::max<core::Nanos>(0, window.end - unix_now)) / 1e6 + 86'400'000;
+    ScriptCall call;
+    call.args = {
+        "EVALSHA",         std::string(sha),   "1", key_for(prefix, charge, window), "quota", "", number_text(add),
+        reset ? "1" : "0", number_text(ttl_ms)};
+    return call;
+}
+
+std::optional<limiter::QuotaState> parse_quota(const Reply& reply) {
+    if (reply.type != Reply::Type::array || reply.elements.size() != 2) return std::nullopt;
+    auto used = number_of(reply.elements[0]);
+    auto added = number_of(reply.elements[1]);
+    if (!used || !added) return std::nullopt;
+    return limiter::QuotaState{*used, *added, {}};
 }
 
 ScriptCall heartbeat_call(std::string_view sha, std::string_view prefix, std::string_view replica, double ttl_ms,
@@ -314,7 +394,7 @@ ScriptCall heartbeat_call(std::string_view sha, std::string_view prefix, std::st
 
 std::optional<limiter::Decision> parse_decision(const Reply& reply, std::span<const limiter::Charge> charges,
                                                 std::string& error) {
-    if (reply.type != Reply::Type::array || reply.elements.size() != 2 + 5 * charges.size() ||
+    if (reply.type != Reply::Type::array || reply.elements.size() != 2 + 6 * charges.size() ||
         !is_integer(reply.elements[1])) {
         error = "redis script: unexpected decision reply";
         return std::nullopt;
@@ -322,9 +402,10 @@ std::optional<limiter::Decision> parse_decision(const Reply& reply, std::span<co
     limiter::Decision d;
     d.statuses.resize(charges.size());
     for (std::size_t i = 0; i < charges.size(); ++i) {
-        const auto* e = &reply.elements[2 + 5 * i];
+        const auto* e = &reply.elements[2 + 6 * i];
         auto remaining = number_of(e[1]);
-        if (!is_integer(e[0]) || !remaining || !is_integer(e[2]) || !is_integer(e[3]) || !is_integer(e[4])) {
+        auto added = number_of(e[5]);
+        if (!is_integer(e[0]) || !remaining || !is_integer(e[2]) || !is_integer(e[3]) || !is_integer(e[4]) || !added) {
             error = "redis script: malformed verdict for limit '" + charges[i].spec->name + "'";
             return std::nullopt;
         }
@@ -338,6 +419,7 @@ std::optional<limiter::Decision> parse_decision(const Reply& reply, std::span<co
         v.retry_after = e[3].integer < 0 ? -1 : e[3].integer;
         v.never = v.retry_after < 0;
         s.wait = e[4].integer;
+        s.quota_added = *added;
     }
     limiter::resolve(d);
     if (d.allowed != (reply.elements[1].integer != 0)) {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <variant>
 
+#include "admin_quota.hpp"
 #include "linger.hpp"
 #include "pipeline/admit.hpp"
 #include "pipeline/limit.hpp"
@@ -28,18 +29,7 @@ using nlohmann::json;
 namespace {
 
 constexpr auto k_use = net::as_tuple(net::use_awaitable);
-using Response = http::response<http::string_body>;
-
-Response json_response(http::status status, const json& body) {
-    Response res{status, 11};
-    res.set(http::field::content_type, "application/json");
-    res.body() = body.dump();
-    return res;
-}
-
-Response admin_error(http::status status, std::string_view code, std::string_view message) {
-    return error_response(status, "invalid_request_error", code, message, 11, true);
-}
+using Response = AdminResponse;
 
 bool authorized(const http::request<http::string_body>& req, const config::GatewayConfig& cfg) {
     const char* token = std::getenv(cfg.admin.token_env.c_str());
@@ -72,11 +62,13 @@ Response limiter_unavailable() {
                        "The shared rate limiter (Redis) is unavailable and on_error is fail_closed.");
 }
 
-Response tenant_state(const config::TenantConfig& tenant, const limiter::Decision& state) {
+Response tenant_state(const config::TenantConfig& tenant, const limiter::Decision& state,
+                      const config::GatewayConfig& config) {
     if (state.unavailable) return limiter_unavailable();
     json limits = json::array();
     for (const auto& s : state.statuses) limits.push_back(limit_json(s));
-    return json_response(http::status::ok, {{"tenant", tenant.id}, {"limits", limits}});
+    return json_response(http::status::ok,
+                         {{"tenant", tenant.id}, {"limits", limits}, {"quotas", quotas_json(state, config)}});
 }
 
 /// POST /admin/explain's input, admitted (nothing charged), or the error to answer.
@@ -139,7 +131,9 @@ Response explain(Services& services, const Runtime& rt, const pipeline::Admitted
                 {"images", a.summary.images},
                 {"max_output_tokens", a.summary.max_output_tokens},
                 {"stream", a.summary.stream},
-                {"cost", a.reserved},
+                {"cost", a.reserved.cost},
+                {"tokens", a.reserved.tokens},
+                {"usd", a.reserved.usd},
                 {"allowed", decision.allowed},
                 {"limits", limits},
                 {"headers", headers}};
@@ -181,13 +175,23 @@ net::awaitable<Response> handle(Services& services, const http::request<http::st
                               "Admin calls need 'Authorization: Bearer <token>' with the token from " +
                                   rt->config->admin.token_env + ".");
     constexpr std::string_view k_tenants = "/admin/tenants/";
-    if (get && path.substr(0, k_tenants.size()) == k_tenants) {
-        auto id = path.substr(k_tenants.size());
+    constexpr std::string_view k_quotas = "/quotas/";
+    bool post = req.method() == http::verb::post;
+    if ((get || post) && path.substr(0, k_tenants.size()) == k_tenants) {
+        // /admin/tenants/{id} (GET), /admin/tenants/{id}/quotas/{name} (POST)
+        auto rest = path.substr(k_tenants.size());
+        auto quotas_at = rest.find(k_quotas);
+        auto id = rest.substr(0, quotas_at);
         const auto& tenants = rt->config->tenants;
         auto tenant = std::find_if(tenants.begin(), tenants.end(), [&](const auto& t) { return t.id == id; });
         if (tenant == tenants.end()) co_return admin_error(http::status::not_found, "not_found", "No such tenant.");
-        auto charges = classify::tenant_charges(*tenant);
-        co_return tenant_state(*tenant, co_await pipeline::preview(*services.store, charges));
+        if (get && quotas_at == std::string_view::npos) {
+            auto charges = classify::tenant_charges(*tenant);
+            co_return tenant_state(*tenant, co_await pipeline::preview(*services.store, charges), *rt->config);
+        }
+        if (post && quotas_at != std::string_view::npos)
+            co_return co_await change_quota(services, *rt->config, *tenant, rest.substr(quotas_at + k_quotas.size()),
+                                            req.body());
     }
     if (req.method() == http::verb::post && path == "/admin/reload") {
         std::string error;

@@ -37,6 +37,13 @@ GatewayMetrics::GatewayMetrics(metrics::Registry& r)
       remaining_ratio(r.gauge("tokengate_limit_remaining_ratio",
                               "Remaining / capacity of a tenant limit after its latest decision.",
                               {"tenant", "limit"})),
+      quota_used(r.gauge("tokengate_quota_used",
+                         "Used in a tenant quota's current window (reservations in flight included), as this "
+                         "replica last saw it.",
+                         {"tenant", "limit"})),
+      quota_limit(r.gauge("tokengate_quota_limit",
+                          "A tenant quota's allowance in its current window: its limit plus top-ups.",
+                          {"tenant", "limit"})),
       config_reloads(r.counter("tokengate_config_reloads_total", "Configuration reloads.", {"result"})),
       output_capped(r.counter("tokengate_output_capped_total",
                               "Requests admitted with a lowered output limit instead of a 429 (cost.cap_output).",

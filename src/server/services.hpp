@@ -47,6 +47,8 @@ struct GatewayMetrics {
     metrics::Family& queue_wait;
     metrics::Family& inflight;
     metrics::Family& remaining_ratio;
+    metrics::Family& quota_used;
+    metrics::Family& quota_limit;
     metrics::Family& config_reloads;
     metrics::Family& output_capped;
     metrics::Family& streams_stopped;

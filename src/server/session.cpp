@@ -243,7 +243,7 @@ private:
                                                 services_.clock);
         if (auto* no = std::get_if<pipeline::Rejection>(&limited)) co_return co_await refuse(*no, rec, reply);
         auto& permit = std::get<pipeline::Permit>(limited);
-        rec.cost_reserved = admitted.reserved;
+        rec.cost_reserved = admitted.reserved.cost;
 
         start_watching();
         if (permit.decision().must_wait() &&
@@ -262,7 +262,7 @@ private:
         if (done.stopped) services_.metrics.streams_stopped.add({rec.tenant});
         co_await stop_watching();
 
-        permit.settle(done.settled.cost);
+        permit.settle(cost::settled_amounts(done.settled, admitted.reserved, admitted.price));
         pipeline::learn(cfg.cost, services_.output_history, rec.tenant, admitted.summary, done.status, done.settled);
         rec.upstream = std::string(done.upstream);
         rec.first_byte = done.first_byte;

@@ -28,9 +28,9 @@ StateKeeper::StateKeeper(std::string path, core::Nanos interval, store::MemorySt
         // Wall-clock time, not the steady clock: the machine may have rebooted meanwhile. A
         // clock set backwards counts as no time down (the levels are not refilled at all).
         auto down = std::max<std::int64_t>(0, clock_.unix_now() - state.written_at_unix_ns);
-        auto restored = store_.restore(state.buckets, down);
-        spdlog::info("state file {}: {} of {} buckets restored, refilled for {:.1f} s down", path_, restored,
-                     state.buckets.size(), static_cast<double>(down) / 1e9);
+        auto restored = store_.restore(state.levels, down);
+        spdlog::info("state file {}: {} of {} buckets and quotas restored, refilled for {:.1f} s down", path_, restored,
+                     state.levels.buckets.size() + state.levels.quotas.size(), static_cast<double>(down) / 1e9);
     } catch (const store::StateFileError& e) {
         std::string why = "state file " + path_ + ": " + e.what();
         if (!ignore_state) throw std::runtime_error(why + "; start with --ignore-state to begin afresh");
@@ -64,7 +64,7 @@ void StateKeeper::stop() {
 bool StateKeeper::snapshot() {
     store::StateSnapshot state;
     state.written_at_unix_ns = clock_.unix_now();
-    state.buckets = store_.save();
+    state.levels = store_.save();
     std::string error;
     if (store::write_state_file(path_, store::encode_state(state), error)) {
         snapshots_.add({"ok"});

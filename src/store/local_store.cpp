@@ -10,6 +10,11 @@ net::awaitable<limiter::Decision> LocalStore::peek(std::span<const limiter::Char
     co_return memory_.peek(charges);
 }
 
+net::awaitable<std::optional<limiter::QuotaState>> LocalStore::quota(const limiter::Charge& charge, double add,
+                                                                     bool reset) {
+    co_return memory_.quota_admin(charge, add, reset);
+}
+
 net::awaitable<bool> LocalStore::wait_ready(std::chrono::nanoseconds) { co_return true; }
 
 }  // namespace tokengate::store

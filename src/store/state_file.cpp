@@ -17,8 +17,7 @@ namespace tokengate::store {
 namespace {
 
 constexpr std::string_view k_magic = "TGSTATE\n";
-constexpr std::uint32_t k_version = 1;
-constexpr std::size_t k_header = 8 + 4 + 8 + 8 + 32;
+constexpr std::uint32_t k_version = 2;
 
 template <class T>
 void put(std::string& out, T value) {
@@ -49,6 +48,17 @@ private:
     std::size_t at_ = 0;
 };
 
+bool in_range(const MemoryStore::SavedQuota& q) {
+    return std::isfinite(q.used) && q.used >= 0 && q.used <= 1e18 && std::isfinite(q.added) && q.added >= 0 &&
+           q.added <= 1e18 && q.window.start < q.window.end;
+}
+
+void put_key(std::string& out, std::string_view key) {
+    key = key.substr(0, 0xffff);
+    put<std::uint16_t>(out, static_cast<std::uint16_t>(key.size()));
+    out.append(key);
+}
+
 bool in_range(const MemoryStore::SavedBucket& b) {
     // The config loader's own bounds for a limit (docs/hardening.md).
     return std::isfinite(b.capacity) && b.capacity > 0 && b.capacity <= 1e15 && std::isfinite(b.rate_per_s) &&
@@ -59,22 +69,29 @@ bool in_range(const MemoryStore::SavedBucket& b) {
 }  // namespace
 
 std::string encode_state(const StateSnapshot& snapshot) {
+    const auto& levels = snapshot.levels;
     std::string records;
-    records.reserve(snapshot.buckets.size() * 64);
-    for (const auto& b : snapshot.buckets) {
-        auto key = std::string_view(b.key).substr(0, 0xffff);
-        put<std::uint16_t>(records, static_cast<std::uint16_t>(key.size()));
-        records.append(key);
+    records.reserve(levels.buckets.size() * 64 + levels.quotas.size() * 72);
+    for (const auto& b : levels.buckets) {
+        put_key(records, b.key);
         put(records, b.capacity);
         put(records, b.rate_per_s);
         put(records, b.tokens);
     }
+    for (const auto& q : levels.quotas) {
+        put_key(records, q.key);
+        put(records, q.used);
+        put(records, q.added);
+        put(records, q.window.start);
+        put(records, q.window.end);
+    }
     std::string out;
-    out.reserve(k_header + records.size());
+    out.reserve(8 + 4 + 8 + 16 + 32 + records.size());
     out.append(k_magic);
     put(out, k_version);
     put(out, snapshot.written_at_unix_ns);
-    put<std::uint64_t>(out, snapshot.buckets.size());
+    put<std::uint64_t>(out, levels.buckets.size());
+    put<std::uint64_t>(out, levels.quotas.size());
     auto digest = core::sha256(records);
     out.append(reinterpret_cast<const char*>(digest.data()), digest.size());
     out.append(records);
@@ -85,21 +102,26 @@ StateSnapshot decode_state(std::string_view bytes) {
     Reader in(bytes);
     if (in.take(k_magic.size(), "the header") != k_magic) throw StateFileError("not a tokengate state file");
     auto version = in.get<std::uint32_t>("the header");
-    if (version != k_version)
-        throw StateFileError("format version " + std::to_string(version) + "; this gateway reads version " +
+    if (version != 1 && version != k_version)
+        throw StateFileError("format version " + std::to_string(version) + "; this gateway reads versions 1 and " +
                              std::to_string(k_version));
     StateSnapshot s;
     s.written_at_unix_ns = in.get<std::int64_t>("the header");
-    auto count = in.get<std::uint64_t>("the header");
+    auto buckets = in.get<std::uint64_t>("the header");
+    auto quotas = version >= 2 ? in.get<std::uint64_t>("the header") : 0;
     auto digest = in.take(32, "the header");
-    auto records = bytes.substr(k_header);
+    auto records = bytes.substr(bytes.size() - in.left());
     auto actual = core::sha256(records);
     if (std::memcmp(actual.data(), digest.data(), 32) != 0)
         throw StateFileError("checksum mismatch: the file is corrupt");
-    // A record is at least 26 bytes: a count the bytes cannot hold is refused before reserving.
-    if (count > records.size() / 26) throw StateFileError("record count " + std::to_string(count) + " is impossible");
-    s.buckets.reserve(count);
-    for (std::uint64_t i = 0; i < count; ++i) {
+    // A bucket is at least 26 bytes and a quota 34: counts the bytes cannot hold are refused
+    // before anything is reserved.
+    if (buckets > records.size() / 26 || quotas > records.size() / 34 || buckets * 26 + quotas * 34 > records.size())
+        throw StateFileError("record counts " + std::to_string(buckets) + " and " + std::to_string(quotas) +
+                             " are impossible");
+    auto& levels = s.levels;
+    levels.buckets.reserve(buckets);
+    for (std::uint64_t i = 0; i < buckets; ++i) {
         MemoryStore::SavedBucket b;
         auto key_size = in.get<std::uint16_t>("a record");
         b.key = std::string(in.take(key_size, "a record"));
@@ -107,7 +129,19 @@ StateSnapshot decode_state(std::string_view bytes) {
         b.rate_per_s = in.get<double>("a record");
         b.tokens = in.get<double>("a record");
         if (!in_range(b)) throw StateFileError("record " + std::to_string(i) + " (" + b.key + ") is out of range");
-        s.buckets.push_back(std::move(b));
+        levels.buckets.push_back(std::move(b));
+    }
+    levels.quotas.reserve(quotas);
+    for (std::uint64_t i = 0; i < quotas; ++i) {
+        MemoryStore::SavedQuota q;
+        auto key_size = in.get<std::uint16_t>("a quota");
+        q.key = std::string(in.take(key_size, "a quota"));
+        q.used = in.get<double>("a quota");
+        q.added = in.get<double>("a quota");
+        q.window.start = in.get<std::int64_t>("a quota");
+        q.window.end = in.get<std::int64_t>("a quota");
+        if (!in_range(q)) throw StateFileError("quota " + std::to_string(i) + " (" + q.key + ") is out of range");
+        levels.quotas.push_back(std::move(q));
     }
     if (in.left() != 0) throw StateFileError(std::to_string(in.left()) + " bytes after the last record");
     return s;

@@ -37,6 +37,8 @@ private:
 unsigned short free_port();
 bool wait_for_port(unsigned short port, std::chrono::milliseconds timeout = std::chrono::seconds(10));
 std::string read_file(const std::string& path);
+/// What a shell command writes to stdout (curl, node, openssl).
+std::string capture(const std::string& command);
 /// Installs npm `packages` into `dir` unless `dir`/node_modules/`installed` is there already;
 /// the processes ctest runs in parallel share it, serialised by a lock. Returns why it could
 /// not (no npm, or the registry unreachable), or "" when the packages are there.

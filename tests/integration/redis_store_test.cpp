@@ -94,12 +94,16 @@ struct Fixture {
 TEST(RedisStore, LuaArithmeticMatchesTheMemoryStore) {
     REQUIRE_REDIS();
     RedisServer redis;
-    core::ManualClock fake;  // both stores read this one clock
+    // Both stores read this one clock; its wall clock passes midnight (2023-11-15, UTC) a
+    // minute in, so the quota below is used up, refuses, and starts its next day in both.
+    core::ManualClock fake(core::k_nanos_per_second, (1'700'006'400 - 60) * core::k_nanos_per_second);
     Fixture f(redis, &fake);
     ASSERT_TRUE(f.store.ready());
     store::MemoryStore memory(fake);
 
     auto tokens = spec("tokens", Algorithm::token_bucket, 1000, 100, config::Unit::cost);
+    auto daily = spec("daily", Algorithm::quota, 500, 0, config::Unit::cost);
+    daily.zone = core::find_time_zone("UTC");
     auto police = spec("per-ip", Algorithm::leaky_bucket, 5, 2);
     auto slots = spec("slots", Algorithm::concurrency, 3, 0);
     auto shadow = spec("shadow", Algorithm::token_bucket, 2, 1);
@@ -115,7 +119,7 @@ TEST(RedisStore, LuaArithmeticMatchesTheMemoryStore) {
     };
     std::vector<Held> held;
     std::mt19937 rng(42);
-    int admitted = 0, refused = 0;
+    int admitted = 0, refused = 0, quota_refusals = 0, after_midnight = 0;
     for (int step = 0; step < 500; ++step) {
         if (step == 400) {
             // A reload: the same limits with new sizes keep their level in absolute units.
@@ -124,10 +128,10 @@ TEST(RedisStore, LuaArithmeticMatchesTheMemoryStore) {
             partial.capacity = 900;
         }
         double cost = std::uniform_int_distribution<int>(1, 350)(rng);
-        std::vector<Charge> charges = {charge(tokens, Level::tenant, "acme", cost),
-                                       charge(police, Level::ip, "10.0.0.1", 1), charge(slots, Level::global, "*", 1),
-                                       charge(shadow, Level::tenant, "acme", 1),
-                                       charge(partial, Level::route, "/v1", cost)};
+        std::vector<Charge> charges = {
+            charge(tokens, Level::tenant, "acme", cost), charge(police, Level::ip, "10.0.0.1", 1),
+            charge(slots, Level::global, "*", 1),        charge(shadow, Level::tenant, "acme", 1),
+            charge(partial, Level::route, "/v1", cost),  charge(daily, Level::tenant, "acme", cost)};
         auto m = memory.decide(charges);
         auto r = f.run(true, charges);
         ASSERT_EQ(m.allowed, r.allowed) << "step " << step;
@@ -143,6 +147,8 @@ TEST(RedisStore, LuaArithmeticMatchesTheMemoryStore) {
                 << "step " << step << " limit " << i;
             EXPECT_EQ(m.statuses[i].charged, r.statuses[i].charged);
         }
+        quota_refusals += !r.allowed && r.rejected == 5;
+        after_midnight += r.allowed && fake.unix_now() >= 1'700'006'400 * core::k_nanos_per_second;
         if (r.allowed) {
             ++admitted;
             held.push_back({limiter::charged(charges, r), cost, r.lease, m.settle_with});
@@ -154,13 +160,15 @@ TEST(RedisStore, LuaArithmeticMatchesTheMemoryStore) {
             auto h = held.front();
             held.erase(held.begin());
             double actual = std::uniform_int_distribution<int>(0, static_cast<int>(h.cost * 1.5))(rng);
-            h.memory_store->settle(h.charged, actual, "");
-            f.store.settle(h.charged, actual, h.lease);
+            h.memory_store->settle(h.charged, config::Amounts{actual}, "");
+            f.store.settle(h.charged, config::Amounts{actual}, h.lease);
         }
         fake.advance(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 400'000)(rng)));
     }
     EXPECT_GT(admitted, 25);
     EXPECT_GT(refused, 50);  // the sequence exercised both sides of every bucket
+    EXPECT_GT(quota_refusals, 5) << admitted << " admitted, " << after_midnight << " after midnight";
+    EXPECT_GT(after_midnight, 5) << "admitted in the quota's next window";
 }
 
 TEST(RedisStore, ExtremeValuesAgreeWithTheMemoryStore) {
@@ -226,8 +234,8 @@ TEST(RedisStore, ExtremeValuesAgreeWithTheMemoryStore) {
         refused += !m.allowed && !m.never();
         if (m.allowed && rng() % 2) {  // settle at a hostile actual cost: 2^64 or a full refund
             double actual = rng() % 4 == 0 ? 18446744073709551616.0 : 0;
-            memory.settle(limiter::charged(charges, m), actual, "");
-            f.store.settle(limiter::charged(charges, r), actual, r.lease);
+            memory.settle(limiter::charged(charges, m), config::Amounts{actual}, "");
+            f.store.settle(limiter::charged(charges, r), config::Amounts{actual}, r.lease);
         }
         fake.advance(std::chrono::microseconds(std::uniform_int_distribution<long>(0, 4'000'000)(rng)));
     }
@@ -293,7 +301,7 @@ TEST(RedisStore, ASettlementThatCannotReachRedisIsRetriedWhenItIsBack) {
     redis.pause();
     for (int i = 0; i < 3; ++i) EXPECT_TRUE(f.run(true, charges).unavailable);
     EXPECT_TRUE(f.store.breaker_open());
-    f.store.settle(limiter::charged(charges, held), 0, held.lease);
+    f.store.settle(limiter::charged(charges, held), {}, held.lease);
     // Kept, not lost: the release, and one per timed-out decision (it may have taken a slot
     // after all; releasing a lease that was never taken changes nothing).
     EXPECT_EQ(f.store.settlements_outstanding(), 4u);

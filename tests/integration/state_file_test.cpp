@@ -63,7 +63,7 @@ TEST(StateFile, ASigtermRestartKeepsTheBucketLevels) {
     int code = -1;
     ASSERT_TRUE(gw.restart(SIGTERM, {}, &code)) << gw.log();
     EXPECT_EQ(code, 0);
-    EXPECT_NE(gw.log().find("1 of 1 buckets restored"), std::string::npos) << gw.log();
+    EXPECT_NE(gw.log().find("1 of 1 buckets and quotas restored"), std::string::npos) << gw.log();
     EXPECT_EQ(chat(gw), 429);
     auto r = gw.request(
         Request{"POST", "/v1/chat/completions", {{"Authorization", "Bearer k1"}}, chat_body("m", "hi", 1, false)});

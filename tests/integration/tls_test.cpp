@@ -172,16 +172,6 @@ std::string server_tls(const Certificates& certs, const std::string& extra = "")
     return "  tls: { cert: " + certs.path("first.pem") + ", key: " + certs.path("first.key") + extra + " }\n";
 }
 
-std::string capture(const std::string& command) {
-    std::string out;
-    if (FILE* p = ::popen(command.c_str(), "r")) {
-        char buf[4096];
-        while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-        ::pclose(p);
-    }
-    return out;
-}
-
 double metric(const GatewayUnderTest& gw, const std::string& name) {
     return metric_total(gw.admin(Request{"GET", "/metrics", {}, ""}).body, name);
 }

@@ -19,7 +19,7 @@ struct RequestFacts {
     std::string_view client_ip;
     std::size_t route = 0;
     std::string_view model;
-    double cost = 0;
+    config::Amounts reserved;    // what the request reserves, in every unit
     std::string_view tenant_id;  // filled in by applicable_limits from the config
 };
 

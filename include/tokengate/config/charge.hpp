@@ -9,12 +9,29 @@ namespace tokengate::config {
 
 /// One bucket a request is charged to: what classify finds applies, what the limiter and the
 /// stores decide on.
+/// What a request holds, or finally used, in each unit a limit can count (SPEC §5, §14).
+struct Amounts {
+    double cost = 0;    // cost units
+    double tokens = 0;  // prompt + completion tokens
+    double usd = 0;     // at the model's price
+    double in(Unit unit) const {
+        switch (unit) {
+            case Unit::requests: return 1;
+            case Unit::cost: return cost;
+            case Unit::tokens: return tokens;
+            case Unit::usd: return usd;
+        }
+        return 1;
+    }
+};
+
 struct Charge {
     const LimitSpec* spec = nullptr;
     Level level = Level::tenant;
-    std::string key;          // the bucket's identity: "<level>:<limit name>:<subject>"
-    double amount = 1;        // 1 for unit: requests, the request's cost for unit: cost
-    std::string_view tenant;  // for fair queueing; points into the config snapshot
+    std::string key;                   // the bucket's identity: "<level>:<limit name>:<subject>"
+    double amount = 1;                 // the request's Amounts in the limit's unit (1 for requests)
+    std::string_view tenant;           // for fair queueing; points into the config snapshot
+    core::CalendarWindow window = {};  // quota: the window the store charged (filled by the decision)
 };
 
 }  // namespace tokengate::config

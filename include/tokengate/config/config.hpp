@@ -7,15 +7,16 @@
 #include <string_view>
 #include <vector>
 
+#include "tokengate/core/calendar.hpp"
 #include "tokengate/core/cidr.hpp"
 #include "tokengate/core/clock.hpp"
 
 namespace tokengate::config {
 
 enum class Level { tenant, ip, route, global };
-enum class Algorithm { token_bucket, leaky_bucket, concurrency };
+enum class Algorithm { token_bucket, leaky_bucket, concurrency, quota };
 enum class LeakyMode { police, shape };
-enum class Unit { requests, cost };
+enum class Unit { requests, cost, tokens, usd };
 enum class Rounding { floor, ceil };
 enum class StoreBackend { memory, redis };
 enum class OnStoreError { fail_open, fail_closed, local };
@@ -32,13 +33,15 @@ struct LimitSpec {
     Algorithm algorithm = Algorithm::token_bucket;
     LeakyMode mode = LeakyMode::police;
     Unit unit = Unit::requests;
-    double capacity = 0;       // token/leaky: bucket size; concurrency: `max`
+    double capacity = 0;       // token/leaky: bucket size; concurrency: `max`; quota: `limit`
     double rate_per_s = 0;     // token/leaky only
     double initial = 1.0;      // token bucket: fraction of capacity at creation
     core::Nanos max_wait = 0;  // leaky shape only
     bool enforce = true;
     bool fair = false;
-    std::vector<std::string> models;  // glob patterns; empty = every model
+    std::vector<std::string> models;                          // glob patterns; empty = every model
+    core::CalendarPeriod period = core::CalendarPeriod::day;  // quota only
+    const date::time_zone* zone = nullptr;                    // quota only: quotas.timezone
 };
 
 /// Where a key was written (1-based), for errors found after loading, such as a tokenizer
@@ -137,6 +140,13 @@ struct ImageScheme {
     std::uint64_t patch = 28, max_pixels = 1003520;       // Qwen-VL style
 };
 
+/// US dollars per million tokens (SPEC §14); cached prompt tokens at their own price.
+struct ModelPrice {
+    double input = 0;
+    double output = 0;
+    double cached_input = 0;
+};
+
 struct ModelCost {
     std::string pattern;
     std::string tokenizer;  // a tokenizer.json or .tiktoken file; empty: cost.estimator counts
@@ -147,6 +157,7 @@ struct ModelCost {
     ImageScheme image_tokens;
     std::uint64_t image_default_tokens = 1000;  // an image behind a URL, or of unknown format
     std::uint64_t media_default_tokens = 1000;  // each audio, video or file part
+    std::optional<ModelPrice> price;            // none: its requests cost 0 USD
 };
 
 /// SPEC §12: where the output reservation comes from.
@@ -230,7 +241,8 @@ struct GatewayConfig {
     std::vector<LimitSpec> global_limits;
     StoreConfig store;
     LogConfig log;
-    std::vector<std::string> warnings;  // "file:line:col: message", e.g. plain keys
+    std::string quota_timezone = "UTC";  // quotas.timezone: where a quota's day begins
+    std::vector<std::string> warnings;   // "file:line:col: message", e.g. plain keys
 };
 
 }  // namespace tokengate::config

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tokengate/config/charge.hpp"
 #include "tokengate/config/config.hpp"
 
 namespace tokengate::cost {
@@ -89,6 +90,16 @@ inline constexpr double k_max_cost = 1e18;
 /// The cost formula of SPEC §5, at most k_max_cost.
 double request_cost(const config::CostConfig& cost, double cost_factor, std::uint64_t input_tokens,
                     std::uint64_t output_tokens, bool stream);
+
+/// US dollars for these tokens at `price` (per million; cached prompt tokens at cached_input).
+/// No price: 0 (SPEC §14). At most k_max_cost.
+double usd_cost(const config::ModelPrice* price, std::uint64_t prompt_tokens, std::uint64_t cached_tokens,
+                std::uint64_t completion_tokens);
+
+/// What a request reserves in every unit: its cost, its tokens (input + reserved output) and
+/// their price, the prompt priced as if nothing were cached.
+config::Amounts request_amounts(const config::CostConfig& cost, double cost_factor, const config::ModelPrice* price,
+                                std::uint64_t input_tokens, std::uint64_t output_tokens, bool stream);
 
 /// The most output tokens in [at_least, at_most] whose request_cost stays within `budget`
 /// (cost grows with output; any rounding), or nullopt if not even `at_least` fits. What

@@ -51,7 +51,9 @@ struct SettledCost {
     double cost = 0;
     std::uint64_t prompt_tokens = 0;
     std::uint64_t completion_tokens = 0;
-    bool usage_reported = false;  // the counts are the upstream's own, not estimates
+    std::uint64_t cached_tokens = 0;  // of the prompt, as the upstream reported them
+    bool usage_reported = false;      // the counts are the upstream's own, not estimates
+    bool kept_reservation = false;    // a complete answer without usage: what was reserved stands
 };
 
 /// SPEC §5 and §10's settlement rule: an upstream that failed before any response refunds
@@ -60,5 +62,10 @@ struct SettledCost {
 /// generated nothing (0); any other complete response keeps its reservation.
 SettledCost settled_cost(const config::CostConfig& config, double cost_factor, const RequestSummary& request,
                          double reserved, const ResponseUsage& observed, const ExchangeEnd& end);
+
+/// The settled exchange in every unit a limit counts (SPEC §14): the reservation where it was
+/// kept, else the settled cost, the tokens and their price.
+config::Amounts settled_amounts(const SettledCost& settled, const config::Amounts& reserved,
+                                const config::ModelPrice* price);
 
 }  // namespace tokengate::cost

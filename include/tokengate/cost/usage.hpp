@@ -20,6 +20,7 @@ struct Usage {
     bool prompt_known = true;  // false: TGI's counts; the prompt is the gateway's estimate
     std::uint64_t prompt_tokens = 0;
     std::uint64_t completion_tokens = 0;
+    std::uint64_t cached_tokens = 0;  // of the prompt: usage.prompt_tokens_details.cached_tokens
 };
 
 /// Reads `usage` from a JSON response body fed in pieces (kept up to `max_bytes`).

@@ -22,9 +22,11 @@ struct LimitStatus {
     const config::LimitSpec* spec = nullptr;
     config::Level level = config::Level::tenant;
     Verdict verdict;
-    bool charged = false;      // false for a refused request and for a shadow limit that would refuse
-    std::uint64_t ticket = 0;  // shaping: the place in the queue to wait with (0 = start now)
-    core::Nanos wait = 0;      // shaping on a shared store: start this long after the decision
+    bool charged = false;              // false for a refused request and for a shadow limit that would refuse
+    std::uint64_t ticket = 0;          // shaping: the place in the queue to wait with (0 = start now)
+    core::Nanos wait = 0;              // shaping on a shared store: start this long after the decision
+    core::CalendarWindow window = {};  // quota: the window decided in
+    double quota_added = 0;            // quota: top-ups granted for that window
 };
 
 class BucketStore;
@@ -54,9 +56,9 @@ struct Decision {
 class BucketStore {
 public:
     virtual ~BucketStore() = default;
-    /// Settles once: releases the concurrency slots and moves `unit: cost` rate buckets from
-    /// the reserved cost to `actual_cost`.
-    virtual void settle(std::span<const Charge> charged, double actual_cost, std::string_view lease) = 0;
+    /// Settles once: releases the concurrency slots and moves every charge counting cost, tokens
+    /// or usd from what was reserved to what was `actual`ly used.
+    virtual void settle(std::span<const Charge> charged, const config::Amounts& actual, std::string_view lease) = 0;
 
     /// Shaping: a queued request asks to start (see ShapeQueue::try_start). Stores without
     /// local queues know no tickets.
@@ -74,11 +76,11 @@ void resolve(Decision& decision);
 /// Returns the charges a decision actually took, for settlement.
 std::vector<Charge> charged(std::span<const Charge> charges, const Decision& decision);
 
-/// Whether settlement changes this charge: a concurrency slot to release, or a `unit: cost`
-/// rate bucket whose actual cost differs from the reservation.
-inline bool settles(const Charge& c, double actual_cost) {
+/// Whether settlement changes this charge: a concurrency slot to release, or a rate bucket or
+/// quota whose actual amount differs from the reservation (requests are counted as they come).
+inline bool settles(const Charge& c, const config::Amounts& actual) {
     if (c.spec->algorithm == config::Algorithm::concurrency) return true;
-    return !is_shaping(*c.spec) && c.spec->unit == config::Unit::cost && actual_cost != c.amount;
+    return !is_shaping(*c.spec) && c.spec->unit != config::Unit::requests && actual.in(c.spec->unit) != c.amount;
 }
 
 }  // namespace tokengate::limiter

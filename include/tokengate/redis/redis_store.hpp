@@ -79,7 +79,10 @@ public:
     boost::asio::awaitable<limiter::Decision> decide(std::span<const limiter::Charge> charges) override;
     /// What decide() would say, changing nothing.
     boost::asio::awaitable<limiter::Decision> peek(std::span<const limiter::Charge> charges) override;
-    void settle(std::span<const limiter::Charge> charged, double actual_cost, std::string_view lease) override;
+    void settle(std::span<const limiter::Charge> charged, const config::Amounts& actual,
+                std::string_view lease) override;
+    boost::asio::awaitable<std::optional<limiter::QuotaState>> quota(const limiter::Charge& charge, double add,
+                                                                     bool reset) override;
     /// Until some connection is ready, or `limit` has passed.
     boost::asio::awaitable<bool> wait_ready(std::chrono::nanoseconds limit) override;
     /// Down, and on_error says fail_closed.
@@ -100,6 +103,8 @@ private:
     Client* client_here();
     Client* any_client();
     Connection* pick(Client& client);
+    /// Wall-clock time for quota windows: the fake clock in tests, else the gateway's.
+    core::Nanos quota_now() const;
     double script_now_us() const;
     std::string next_lease();
     boost::asio::awaitable<Result> call(Client& client, std::vector<std::string> args);

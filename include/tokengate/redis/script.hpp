@@ -7,12 +7,13 @@
 #include <vector>
 
 #include "tokengate/limiter/decision.hpp"
+#include "tokengate/limiter/quota.hpp"
 #include "tokengate/redis/connection.hpp"
 
 namespace tokengate::redis {
 
 /// The one Lua script that decides and settles on Redis. Entry points (ARGV[1]):
-/// `decide`, `peek`, `settle`, `heartbeat`. Time is Redis's own TIME unless ARGV[2] gives
+/// `decide`, `peek`, `settle`, `quota`, `heartbeat`. Time is Redis's own TIME unless ARGV[2] gives
 /// microseconds (tests that replay a fake clock).
 std::string_view limiter_script();
 
@@ -24,12 +25,23 @@ struct ScriptCall {
     std::vector<std::string> args;  // EVALSHA sha numkeys keys... argv...
 };
 
+/// The calendar window each quota charge falls in at `unix_now` (other charges: empty).
+std::vector<core::CalendarWindow> quota_windows(std::span<const limiter::Charge> charges, core::Nanos unix_now);
+
 /// EVALSHA for a decision over `charges` (op "decide" or "peek"). `now_us` < 0: Redis TIME.
+/// Quotas are decided in `windows` (quota_windows at the gateway's `unix_now`).
 ScriptCall decide_call(std::string_view sha, std::string_view prefix, std::span<const limiter::Charge> charges,
-                       bool commit, std::string_view lease, double lease_ms, double now_us);
-/// EVALSHA settling the charges that need it (none: no call, empty args).
+                       std::span<const core::CalendarWindow> windows, core::Nanos unix_now, bool commit,
+                       std::string_view lease, double lease_ms, double now_us);
+/// EVALSHA settling the charges that need it (none: no call, empty args); a quota in the
+/// window it was charged in.
 ScriptCall settle_call(std::string_view sha, std::string_view prefix, std::span<const limiter::Charge> charged,
-                       double actual_cost, std::string_view lease, double now_us);
+                       const config::Amounts& actual, std::string_view lease, double now_us);
+/// EVALSHA for the admin API: a quota's top-up (`add`), `reset`, and its state after them.
+ScriptCall quota_call(std::string_view sha, std::string_view prefix, const limiter::Charge& charge,
+                      const core::CalendarWindow& window, core::Nanos unix_now, double add, bool reset);
+/// The reply of quota_call (the window is the caller's).
+std::optional<limiter::QuotaState> parse_quota(const Reply& reply);
 /// EVALSHA announcing this replica; the reply is the number of live replicas.
 ScriptCall heartbeat_call(std::string_view sha, std::string_view prefix, std::string_view replica, double ttl_ms,
                           double now_us);

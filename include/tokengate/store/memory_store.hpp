@@ -11,6 +11,7 @@
 
 #include "tokengate/core/clock.hpp"
 #include "tokengate/limiter/decision.hpp"
+#include "tokengate/limiter/quota.hpp"
 
 namespace tokengate::store {
 
@@ -29,11 +30,15 @@ public:
     limiter::Decision decide(std::span<const limiter::Charge> charges);
     /// What decide() would say, changing nothing and creating no bucket (admin, explain).
     limiter::Decision peek(std::span<const limiter::Charge> charges);
-    void settle(std::span<const limiter::Charge> charged, double actual_cost, std::string_view lease) override;
+    void settle(std::span<const limiter::Charge> charged, const config::Amounts& actual,
+                std::string_view lease) override;
     /// Requests waiting in each shaping queue, by bucket key (for the queue-depth gauge).
     std::vector<std::pair<std::string, std::size_t>> queue_depths() const;
-    /// Settlement of a rate bucket: charge `delta` more (negative refunds).
+    /// Settlement of a rate bucket or quota: charge `delta` more (negative refunds).
     void adjust(const limiter::Charge& charge, double delta);
+
+    /// Admin (SPEC §14): a quota's state, after a top-up of `add` (0: none) or a `reset`.
+    limiter::QuotaState quota_admin(const limiter::Charge& charge, double add, bool reset);
     /// A concurrency slot ends.
     void release(const limiter::Charge& charge);
     limiter::ShapeQueue::StartCheck queue_try_start(const limiter::Charge& charge, std::uint64_t ticket) override;
@@ -47,14 +52,27 @@ public:
         double rate_per_s = 0;
         double tokens = 0;  // at the snapshot; below zero: a debt
     };
+    /// A quota's count in its window, as a state file keeps it.
+    struct SavedQuota {
+        std::string key;
+        double used = 0;
+        double added = 0;
+        core::CalendarWindow window;  // Unix nanoseconds
+    };
+    struct Saved {
+        std::vector<SavedBucket> buckets;
+        std::vector<SavedQuota> quotas;
+    };
     /// Every token bucket and leaky meter that is not full (a full one is as good as none:
-    /// evict_idle drops it). Queues and concurrency slots belong to connections, which a
-    /// restart ends, and are not kept.
-    std::vector<SavedBucket> save() const;
+    /// evict_idle drops it), and every quota with something used or granted in a window not
+    /// yet over. Queues and concurrency slots belong to connections, which a restart ends,
+    /// and are not kept.
+    Saved save() const;
     /// Brings saved buckets back, each refilled by `downtime` at its rate; those full by now
     /// are left out. Their capacity and rate are the snapshot's until the first decision
-    /// reconfigures them to the current config (absolute level kept, as on reload).
-    std::size_t restore(const std::vector<SavedBucket>& saved, core::Nanos downtime);
+    /// reconfigures them to the current config (absolute level kept, as on reload). Quotas
+    /// come back in their window; one that has ended since is left out (it would start at 0).
+    std::size_t restore(const Saved& saved, core::Nanos downtime);
 
     /// Drops buckets that are full again and hold no concurrency; returns how many.
     std::size_t evict_idle();
@@ -71,6 +89,8 @@ private:
         limiter::RateBucket rate;
         limiter::ConcurrencyGauge gauge;
         std::unique_ptr<limiter::ShapeQueue> queue;  // leaky_bucket mode: shape only
+        limiter::QuotaCounter quota;
+        bool is_quota = false;
     };
     struct Shard {
         mutable std::mutex mutex;
@@ -81,10 +101,12 @@ private:
     std::size_t shard_of(const std::string& key) const;
     /// The spec this store enforces for `spec`: itself, or its share while standing in.
     const config::LimitSpec& effective(const config::LimitSpec& spec, config::LimitSpec& share) const;
-    Bucket& find_or_create(Shard& shard, const limiter::Charge& charge, core::Nanos now);
+    Bucket& find_or_create(Shard& shard, const limiter::Charge& charge, core::Nanos now, core::Nanos unix_now);
 
-    static bool evictable(const Bucket& b, core::Nanos now, bool only_idle);
-    void make_room(Shard& shard, core::Nanos now);
+    static void quota_status(limiter::LimitStatus& status, const limiter::QuotaCounter& quota,
+                             const limiter::Charge& charge, core::Nanos unix_now);
+    static bool evictable(const Bucket& b, core::Nanos now, core::Nanos unix_now, bool only_idle);
+    void make_room(Shard& shard, core::Nanos now, core::Nanos unix_now);
 
     const core::Clock& clock_;
     std::atomic<unsigned> divisor_{0};

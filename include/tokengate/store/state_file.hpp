@@ -3,9 +3,11 @@
 // store.state_file (SPEC §14): the memory store's bucket levels on disk, so that a restart
 // neither hands every tenant a fresh burst nor forgets a debt.
 //
-// Format (little-endian): "TGSTATE\n", u32 version, i64 wall-clock time of the snapshot (ns
-// since the epoch), u64 record count, 32-byte SHA-256 of the records, then per record: u16 key
-// length, the key, f64 capacity, f64 rate per second, f64 tokens.
+// Format (little-endian): "TGSTATE\n", u32 version (2), i64 wall-clock time of the snapshot (ns
+// since the epoch), u64 bucket count, u64 quota count, 32-byte SHA-256 of the records, then per
+// bucket: u16 key length, the key, f64 capacity, f64 rate per second, f64 tokens; then per
+// quota: u16 key length, the key, f64 used, f64 top-ups, i64 window start, i64 window end (Unix
+// ns). Version 1 (no quotas, no quota count) is still read.
 
 #include <cstdint>
 #include <optional>
@@ -20,7 +22,7 @@ namespace tokengate::store {
 
 struct StateSnapshot {
     std::int64_t written_at_unix_ns = 0;
-    std::vector<MemoryStore::SavedBucket> buckets;
+    MemoryStore::Saved levels;
 };
 
 /// What is wrong with a state file: truncated, corrupt, another version, a value out of range.

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <span>
 
 #include "tokengate/core/clock.hpp"
@@ -25,6 +26,10 @@ public:
     virtual net::awaitable<limiter::Decision> decide(std::span<const limiter::Charge> charges) = 0;
     /// What decide() would say, changing nothing (admin, explain).
     virtual net::awaitable<limiter::Decision> peek(std::span<const limiter::Charge> charges) = 0;
+    /// Admin (SPEC §14): tops up a quota's current window by `add` (0: not at all) and/or
+    /// `reset`s it, and says where it stands then; nothing when the store cannot answer.
+    virtual net::awaitable<std::optional<limiter::QuotaState>> quota(const limiter::Charge& charge, double add,
+                                                                     bool reset) = 0;
     /// Waits up to `limit` for the store to be able to answer; false if it still cannot.
     virtual net::awaitable<bool> wait_ready(std::chrono::nanoseconds limit) = 0;
     /// Whether requests are being refused for want of the store (a shared store that is
@@ -44,6 +49,8 @@ public:
     explicit LocalStore(const core::Clock& clock) : memory_(clock) {}
     net::awaitable<limiter::Decision> decide(std::span<const limiter::Charge> charges) override;
     net::awaitable<limiter::Decision> peek(std::span<const limiter::Charge> charges) override;
+    net::awaitable<std::optional<limiter::QuotaState>> quota(const limiter::Charge& charge, double add,
+                                                             bool reset) override;
     net::awaitable<bool> wait_ready(std::chrono::nanoseconds) override;
     MemoryStore& local() override { return memory_; }
 

@@ -31,12 +31,14 @@ std::variant<Admitted, Rejection> admit(const Runtime& runtime, const Incoming& 
                        parsed.error == cost::BodyError::invalid_json ? "invalid_json" : "invalid_body", parsed.message);
     a.summary = std::move(parsed.summary);
     a.cost_factor = parsed.model ? parsed.model->cost_factor : 1.0;
+    a.price = parsed.model && parsed.model->price ? &*parsed.model->price : nullptr;
     a.tokenizer = parsed.tokenizer;
     auto route = classify::match_route(cfg, in.target.path, a.summary.model);
     if (!route) return invalid(http::status::not_found, "not_found", "No route for " + in.target.path + ".");
     a.route = *route;
     a.output = estimate_output(cfg.cost, history, cfg.tenants[a.principal.tenant].id, a.summary);
-    a.reserved = cost::request_cost(cfg.cost, a.cost_factor, a.summary.input_tokens, a.output.tokens, a.summary.stream);
+    a.reserved = cost::request_amounts(cfg.cost, a.cost_factor, a.price, a.summary.input_tokens, a.output.tokens,
+                                       a.summary.stream);
     a.charges =
         classify::applicable_limits(cfg, {a.principal.tenant, in.client_ip, a.route, a.summary.model, a.reserved, {}});
     return a;

@@ -22,9 +22,10 @@ struct Admitted {
     cost::RequestSummary summary;
     std::size_t route = 0;
     double cost_factor = 1.0;                    // the model's, for the reservation and the settlement
+    const config::ModelPrice* price = nullptr;   // the model's (SPEC §14); null: it costs 0 USD
     const cost::Tokenizer* tokenizer = nullptr;  // what counted its input; null: the heuristic
     OutputReservation output;                    // the output the pre-charge holds (SPEC §12)
-    double reserved = 0;                         // the pre-charge: estimated input, reserved output
+    config::Amounts reserved;                    // the pre-charge: estimated input, reserved output
     std::vector<limiter::Charge> charges;
 };
 

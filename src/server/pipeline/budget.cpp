@@ -21,7 +21,7 @@ std::optional<std::uint64_t> stream_budget(const config::CostConfig& cost, const
     // No budget binds below 2^62 tokens: then nothing stops the stream.
     constexpr std::uint64_t k_unbounded = 1ull << 62;
     auto fits = cost::largest_output_within(cost, admitted.cost_factor, summary.input_tokens, summary.stream,
-                                            admitted.reserved + remaining, 0, k_unbounded);
+                                            admitted.reserved.cost + remaining, 0, k_unbounded);
     if (fits == k_unbounded) return std::nullopt;
     return fits.value_or(0);
 }

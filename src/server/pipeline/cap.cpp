@@ -27,10 +27,9 @@ std::optional<Admitted> cap_output(const config::CostConfig& cost, const Admitte
     capped.output.per_sequence = *fits / summary.sequences;
     capped.output.tokens = capped.output.per_sequence * summary.sequences;
     capped.output.capped = true;
-    capped.reserved =
-        cost::request_cost(cost, admitted.cost_factor, summary.input_tokens, capped.output.tokens, summary.stream);
-    for (auto& charge : capped.charges)
-        if (charge.spec->unit == config::Unit::cost) charge.amount = capped.reserved;
+    capped.reserved = cost::request_amounts(cost, admitted.cost_factor, admitted.price, summary.input_tokens,
+                                            capped.output.tokens, summary.stream);
+    for (auto& charge : capped.charges) charge.amount = capped.reserved.in(charge.spec->unit);
     return capped;
 }
 

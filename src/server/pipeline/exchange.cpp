@@ -51,7 +51,8 @@ Exchanged conclude(const ExchangeRequest& in, const proxy::ForwardResult& result
         case proxy::ForwardOutcome::upstream_broken: break;
         case proxy::ForwardOutcome::client_gone: out.status = 499; break;
     }
-    out.settled = cost::settled_cost(cfg.cost, in.admitted.cost_factor, summary, in.admitted.reserved, observed, end);
+    out.settled =
+        cost::settled_cost(cfg.cost, in.admitted.cost_factor, summary, in.admitted.reserved.cost, observed, end);
     return out;
 }
 

@@ -1,5 +1,7 @@
 #include "limit.hpp"
 
+#include <algorithm>
+
 #include "../services.hpp"
 #include "cap.hpp"
 #include "tokengate/limiter/headers.hpp"
@@ -42,41 +44,60 @@ void observe(const limiter::Decision& decision, std::string_view tenant, Gateway
         if (s.level == config::Level::tenant && s.spec->capacity > 0)
             metrics.remaining_ratio.set({tenant, s.spec->name}, std::max(0.0, s.verdict.remaining) / s.spec->capacity);
     }
+    observe_quotas(decision, tenant, metrics);
+}
+
+bool tenant_quota(const limiter::Charge& c) {
+    return c.level == config::Level::tenant && c.spec->algorithm == config::Algorithm::quota;
 }
 
 }  // namespace
 
-Permit::Permit(limiter::Decision decision, std::span<const limiter::Charge> charges, double reserved,
-               metrics::Family& settled, std::string_view tenant)
+void observe_quotas(const limiter::Decision& decision, std::string_view tenant, GatewayMetrics& metrics) {
+    for (const auto& s : decision.statuses) {
+        if (s.level != config::Level::tenant || s.spec->algorithm != config::Algorithm::quota) continue;
+        double allowance = s.spec->capacity + s.quota_added;
+        // Refused, remaining is what is left; admitted, what is left after this request.
+        metrics.quota_used.set({tenant, s.spec->name}, std::max(0.0, allowance - s.verdict.remaining));
+        metrics.quota_limit.set({tenant, s.spec->name}, allowance);
+    }
+}
+
+Permit::Permit(limiter::Decision decision, std::span<const limiter::Charge> charges, const config::Amounts& reserved,
+               GatewayMetrics& metrics, std::string_view tenant)
     : decision_(std::move(decision)),
       charged_(limiter::charged(charges, decision_)),
       reserved_(reserved),
-      settled_(&settled),
+      metrics_(&metrics),
       tenant_(tenant) {}
 
 Permit::Permit(Permit&& other) noexcept
     : decision_(std::move(other.decision_)),
       charged_(std::move(other.charged_)),
       reserved_(other.reserved_),
-      settled_(other.settled_),
+      metrics_(other.metrics_),
       tenant_(other.tenant_),
       headers_(std::move(other.headers_)),
       done_(other.done_) {
     other.done_ = true;  // the moved-from permit settles nothing
 }
 
-void Permit::settle(double actual_cost) {
+void Permit::settle(const config::Amounts& actual) {
     if (done_) return;
     done_ = true;
-    if (decision_.settle_with) decision_.settle_with->settle(charged_, actual_cost, decision_.lease);
-    settled_->add({tenant_});
+    if (decision_.settle_with) decision_.settle_with->settle(charged_, actual, decision_.lease);
+    // The used gauge follows the settlement (the store's own count is not read back).
+    for (const auto& c : charged_)
+        if (tenant_quota(c) && limiter::settles(c, actual))
+            metrics_->quota_used.add({tenant_, c.spec->name}, actual.in(c.spec->unit) - c.amount);
+    metrics_->settled.add({tenant_});
 }
 
 net::awaitable<bool> Permit::wait_turn(const core::Clock& clock, std::span<const limiter::Charge> charges,
                                        store::TurnWatch watch) {
     if (!decision_.must_wait()) co_return true;
     bool started = co_await store::wait_for_turn(clock, charges, decision_, std::move(watch));
-    if (!started) settle(0);  // never forwarded: every cost unit back
+    if (!started) settle({});  // never forwarded: every cost unit back
     co_return started;
 }
 
@@ -102,7 +123,7 @@ net::awaitable<std::variant<Permit, Rejection>> limit(store::Store& store, Admit
     if (admitted.output.capped)
         headers.push_back({"x-tokengate-output-capped", std::to_string(admitted.output.per_sequence)});
     metrics.admitted.add({tenant});
-    Permit permit(std::move(decision), admitted.charges, admitted.reserved, metrics.settled, tenant);
+    Permit permit(std::move(decision), admitted.charges, admitted.reserved, metrics, tenant);
     permit.set_headers(std::move(headers));
     co_return permit;
 }

@@ -25,17 +25,17 @@ namespace tokengate::server::pipeline {
 namespace net = boost::asio;
 
 /// An admitted request's hold on its buckets. settle() moves them from the reservation to
-/// the actual cost, once; a Permit destroyed unsettled keeps the reservation.
+/// what was actually used, once; a Permit destroyed unsettled keeps the reservation.
 class Permit {
 public:
-    Permit(limiter::Decision decision, std::span<const limiter::Charge> charges, double reserved,
-           metrics::Family& settled, std::string_view tenant);
+    Permit(limiter::Decision decision, std::span<const limiter::Charge> charges, const config::Amounts& reserved,
+           GatewayMetrics& metrics, std::string_view tenant);
     Permit(Permit&& other) noexcept;
     Permit& operator=(Permit&&) = delete;
     Permit(const Permit&) = delete;
     ~Permit() { settle(reserved_); }
 
-    void settle(double actual_cost);
+    void settle(const config::Amounts& actual);
     bool settled() const { return done_; }
     const limiter::Decision& decision() const { return decision_; }
     /// The rate-limit headers every answer to this request carries (SPEC §6).
@@ -49,8 +49,8 @@ public:
 private:
     limiter::Decision decision_;
     std::vector<limiter::Charge> charged_;
-    double reserved_;
-    metrics::Family* settled_;
+    config::Amounts reserved_;
+    GatewayMetrics* metrics_;
     std::string_view tenant_;  // lives in the config snapshot the request holds
     std::vector<limiter::HeaderField> headers_;
     bool done_ = false;
@@ -63,6 +63,9 @@ private:
 net::awaitable<std::variant<Permit, Rejection>> limit(store::Store& store, Admitted& admitted,
                                                       const config::CostConfig& cost, std::string_view tenant,
                                                       GatewayMetrics& metrics, const core::Clock& clock);
+
+/// The quota gauges (tokengate_quota_used / _limit) from a decision's tenant quotas.
+void observe_quotas(const limiter::Decision& decision, std::string_view tenant, GatewayMetrics& metrics);
 
 /// The same decision, charging nothing (POST /admin/explain, GET /admin/tenants/<id>).
 net::awaitable<limiter::Decision> preview(store::Store& store, std::span<const limiter::Charge> charges);

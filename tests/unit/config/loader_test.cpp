@@ -161,6 +161,58 @@ tenants: [ { id: t1, keys: ["sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b
     EXPECT_TRUE(cfg->upstreams[0].tls.insecure_skip_verify);
 }
 
+TEST(ConfigLoader, QuotasPricesAndTheirZone) {
+    auto cfg = load_config_text(R"(
+quotas: { timezone: Asia/Shanghai }
+models:
+  llama3-70b: { cost_factor: 3.5, price: { input: 0.60, output: 0.80, cached_input: 0.06 } }
+  "*": { price: { input: 0.1, output: 0.2 } }
+upstreams: [ { name: up, url: "http://127.0.0.1:8000" } ]
+routes: [ { path: /v1/chat/completions, upstreams: [up] } ]
+tiers:
+  free:
+    limits:
+      - { name: daily-tokens, algorithm: quota, period: day, limit: 1M, unit: tokens }
+      - { name: monthly-usd, algorithm: quota, period: month, limit: 50, unit: usd }
+tenants: [ { id: t1, tier: free, keys: ["sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"] } ]
+)",
+                                "inline.yaml");
+    EXPECT_TRUE(cfg->warnings.empty()) << cfg->warnings[0];
+    EXPECT_EQ(cfg->quota_timezone, "Asia/Shanghai");
+    const auto& limits = cfg->tenants[0].limits;
+    ASSERT_EQ(limits.size(), 2u);
+    EXPECT_EQ(limits[0].algorithm, Algorithm::quota);
+    EXPECT_EQ(limits[0].period, core::CalendarPeriod::day);
+    EXPECT_EQ(limits[0].capacity, 1e6);
+    EXPECT_EQ(limits[0].unit, Unit::tokens);
+    EXPECT_EQ(limits[0].zone, core::find_time_zone("Asia/Shanghai"));
+    EXPECT_EQ(limits[1].period, core::CalendarPeriod::month);
+    EXPECT_EQ(limits[1].unit, Unit::usd);
+    ASSERT_TRUE(cfg->models[0].price.has_value());
+    EXPECT_DOUBLE_EQ(cfg->models[0].price->cached_input, 0.06);
+    EXPECT_DOUBLE_EQ(cfg->models[1].price->cached_input, 0.1) << "cached_input defaults to input";
+}
+
+TEST(ConfigLoader, AUsdQuotaOnModelsWithoutAPriceIsAWarning) {
+    auto cfg = load_config_text(R"(
+models:
+  llama3-70b: { price: { input: 0.60, output: 0.80 } }
+  llama3-8b: { cost_factor: 0.5 }
+upstreams: [ { name: up, url: "http://127.0.0.1:8000" } ]
+routes: [ { path: /v1/chat/completions, upstreams: [up] } ]
+global_limits:
+  - { name: monthly-usd, algorithm: quota, period: month, limit: 50, unit: usd }
+tenants: [ { id: t1, keys: ["sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"] } ]
+)",
+                                "inline.yaml");
+    ASSERT_EQ(cfg->warnings.size(), 2u);
+    EXPECT_EQ(cfg->warnings[0],
+              "inline.yaml:8:5: limit 'monthly-usd' counts usd, but model 'llama3-8b' has no price: "
+              "its requests cost 0 USD");
+    EXPECT_NE(cfg->warnings[1].find("models without an entry in 'models' have no price"), std::string::npos);
+    EXPECT_EQ(cfg->global_limits[0].zone, core::find_time_zone("UTC")) << "quotas.timezone defaults to UTC";
+}
+
 TEST(ConfigLoader, MissingFileIsAnError) { EXPECT_THROW(load_config_file("/nonexistent/gateway.yaml"), ConfigError); }
 
 TEST(GlobMatch, Patterns) {

@@ -1,6 +1,9 @@
 // The settled-cost rule as a table, without sockets: what each way an exchange can end costs.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
+
 #include "tokengate/cost/settlement.hpp"
 
 namespace tokengate::cost {
@@ -147,6 +150,50 @@ TEST(Settlement, TgiDetailsAndGeneratedTextWithTheEstimatedPrompt) {
                                       "data: {\"token\":{\"id\":1,\"text\":\"a\",\"special\":false}}\n\n"
                                       "data: {\"token\":{\"id\":2,\"text\":\"b\",\"special\":false}}\n\n");
     EXPECT_EQ(undetailed.completion_tokens, 2u) << "one token an event";
+}
+
+TEST(Settlement, DollarsFromTheUsageWithCachedTokensAtTheirPrice) {
+    config::CostConfig cfg;
+    config::ModelPrice price{0.60, 0.80, 0.06};
+    RequestSummary request;
+    request.input_tokens = 1000;
+    ResponseUsage observed;
+    observed.start("application/json", true, false);
+    observed.feed(R"({"usage":{"prompt_tokens":1000000,"completion_tokens":500000,)"
+                  R"("prompt_tokens_details":{"cached_tokens":400000}}})",
+                  true);
+    auto settled = settled_cost(cfg, 1.0, request, 40, observed, {false, true, 200});
+    EXPECT_EQ(settled.cached_tokens, 400000u);
+    auto used = settled_amounts(settled, config::Amounts{40, 1200, 0.5}, &price);
+    EXPECT_DOUBLE_EQ(used.tokens, 1.5e6);
+    // 600k uncached at $0.60/M + 400k cached at $0.06/M + 500k out at $0.80/M.
+    EXPECT_NEAR(used.usd, 0.36 + 0.024 + 0.40, 1e-12);
+    EXPECT_EQ(settled_amounts(settled, {}, nullptr).usd, 0) << "no price: 0 USD";
+
+    // A complete answer without usage keeps what was reserved, in every unit.
+    ResponseUsage bare;
+    bare.start("application/json", true, false);
+    bare.feed(R"({"id":"x"})", true);
+    auto kept = settled_amounts(settled_cost(cfg, 1.0, request, 40, bare, {false, true, 200}),
+                                config::Amounts{40, 1200, 0.5}, &price);
+    EXPECT_EQ(kept.tokens, 1200);
+    EXPECT_EQ(kept.usd, 0.5);
+    // An upstream that failed: nothing in any unit.
+    auto failed = settled_amounts(settled_cost(cfg, 1.0, request, 40, bare, {true, false, 0}),
+                                  config::Amounts{40, 1200, 0.5}, &price);
+    EXPECT_EQ(failed.tokens, 0);
+    EXPECT_EQ(failed.usd, 0);
+}
+
+TEST(Settlement, ReservationInEveryUnitStaysFiniteForHostileCounts) {
+    config::CostConfig cfg;
+    config::ModelPrice price{1e9, 1e9, 1e9};
+    auto a = request_amounts(cfg, 1.0, &price, UINT64_MAX, UINT64_MAX, false);
+    EXPECT_TRUE(std::isfinite(a.tokens));
+    EXPECT_TRUE(std::isfinite(a.usd));
+    EXPECT_LE(a.usd, k_max_cost);
+    // Cached tokens the upstream over-reports are capped at the prompt.
+    EXPECT_DOUBLE_EQ(usd_cost(&price, 10, 1000, 0), 10 * 1e9 / 1e6);
 }
 
 }  // namespace

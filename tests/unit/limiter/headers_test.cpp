@@ -100,5 +100,53 @@ TEST(RateLimitHeaders, NeverPassingRequestHasNoRetryAfter) {
     EXPECT_EQ(why.code, "request_too_large_for_limit");
 }
 
+TEST(RateLimitHeaders, AnExhaustedQuotaSaysDoNotRetryAndWhenItResets) {
+    Fixture f;
+    config::LimitSpec daily;
+    daily.name = "daily-tokens";
+    daily.algorithm = config::Algorithm::quota;
+    daily.unit = config::Unit::tokens;
+    daily.capacity = 1e6;
+    daily.period = core::CalendarPeriod::day;
+    // 2026-12-01T21:00:00Z; the window ends at 2026-12-02T00:00:00Z, in 3 hours.
+    constexpr core::Nanos now = 1'796'158'800 * k_s;
+    constexpr core::Nanos midnight = 1'796'169'600 * k_s;
+    Decision d;
+    d.statuses.push_back({&f.requests, config::Level::tenant, {true, false, 9, 1 * k_s, 0}, true});
+    LimitStatus q{&daily, config::Level::tenant, {false, false, 400, 3 * 3600 * k_s, 3 * 3600 * k_s}, false};
+    q.window = {midnight - 86400 * k_s, midnight};
+    q.quota_added = 500;
+    d.statuses.push_back(q);
+    resolve(d);
+    ASSERT_FALSE(d.allowed);
+    auto h = as_map(rate_limit_headers(d, now));
+    EXPECT_EQ(h["x-should-retry"], "false") << "the OpenAI SDKs then do not retry";
+    EXPECT_EQ(h["Retry-After"], "10800");
+    EXPECT_EQ(h["retry-after-ms"], "10800000");
+    EXPECT_EQ(h["X-RateLimit-Reset"], "1796169600");
+    EXPECT_EQ(h["X-RateLimit-Limit"], "1000000");
+    EXPECT_EQ(h["RateLimit-Policy"], "\"daily-tokens\";q=1000000;w=86400");
+    EXPECT_EQ(h["x-ratelimit-limit-tokens"], "1000000") << "a token quota counts with the token headers";
+
+    std::vector<Charge> charges(2);
+    charges[1] = Charge{&daily, config::Level::tenant, "tenant:daily-tokens:acme", 900, "acme", {}};
+    auto why = describe_rejection(d, charges);
+    EXPECT_EQ(why.code, "insufficient_quota");
+    EXPECT_EQ(why.type, "tokens");
+    EXPECT_EQ(why.message,
+              "You exceeded your tenant quota 'daily-tokens' (1000000 tokens a day): used 1000100 of 1000500, "
+              "this request needs 900. It resets at 2026-12-02T00:00:00Z.");
+}
+
+TEST(RateLimitHeaders, ARateRefusalIsStillRetried) {
+    Fixture f;
+    Decision d;
+    d.statuses.push_back({&f.requests, config::Level::tenant, {false, false, 0, 1 * k_s, 50 * k_ms}, false});
+    resolve(d);
+    auto h = as_map(rate_limit_headers(d, 1000 * k_s));
+    EXPECT_EQ(h.count("x-should-retry"), 0u);
+    EXPECT_EQ(h["retry-after-ms"], "50");
+}
+
 }  // namespace
 }  // namespace tokengate::limiter

@@ -102,7 +102,7 @@ TEST(ScriptCalls, SettleOnlyWhatSettlementChanges) {
     std::vector<limiter::Charge> charged = {{&requests, config::Level::tenant, "tenant:requests:a", 1, {}},
                                             {&tokens, config::Level::tenant, "tenant:tokens:a", 40, {}},
                                             {&slots, config::Level::global, "global:slots:*", 1, {}}};
-    auto call = settle_call("sha", "tg:", charged, 25, "lease1", -1);
+    auto call = settle_call("sha", "tg:", charged, config::Amounts{25}, "lease1", -1);
     // EVALSHA sha 2 keys... settle now lease marker, then 4 per key.
     ASSERT_EQ(call.args.size(), 3u + 2 + 4 + 8);
     EXPECT_EQ(call.args[2], "2");
@@ -112,7 +112,7 @@ TEST(ScriptCalls, SettleOnlyWhatSettlementChanges) {
     EXPECT_EQ(call.args[12], "-15");  // 25 actual - 40 reserved
     EXPECT_EQ(call.args[16], "1");    // the lease's amount, as decide wrote it
     // Nothing to settle: no call at all.
-    EXPECT_TRUE(settle_call("sha", "tg:", std::span(charged).first(1), 25, "l", -1).args.empty());
+    EXPECT_TRUE(settle_call("sha", "tg:", std::span(charged).first(1), config::Amounts{25}, "l", -1).args.empty());
 }
 
 TEST(MemoryStoreShare, StandsInWithEachLimitDividedAndFull) {
@@ -150,7 +150,7 @@ TEST(RedisScript, MalformedDecisionRepliesAreValuesNotExceptions) {
     };
     Reply good;
     good.type = Reply::Type::array;
-    good.elements = {integer(1), integer(1), integer(1), text("41.5"), integer(100), integer(0), integer(0)};
+    good.elements = {integer(1), integer(1), integer(1), text("41.5"), integer(100), integer(0), integer(0), text("0")};
     std::string error;
     auto d = parse_decision(good, charges, error);
     ASSERT_TRUE(d) << error;
@@ -163,7 +163,9 @@ TEST(RedisScript, MalformedDecisionRepliesAreValuesNotExceptions) {
     bad_number.elements[3] = text("4x");
     auto disagreeing = good;
     disagreeing.elements[1] = integer(0);
-    for (const auto& bad : {short_reply, bad_number, disagreeing, text("OK")}) {
+    auto bad_top_up = good;
+    bad_top_up.elements[7] = integer(5);  // a quota's top-ups come as a number string
+    for (const auto& bad : {short_reply, bad_number, disagreeing, bad_top_up, text("OK")}) {
         error.clear();
         EXPECT_FALSE(parse_decision(bad, charges, error));
         EXPECT_FALSE(error.empty());

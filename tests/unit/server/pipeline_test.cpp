@@ -113,11 +113,11 @@ TEST(AdmitStage, PricesTheBodyAndListsEveryCharge) {
     auto a = s.admitted();
     EXPECT_EQ(a.summary.model, "m");
     EXPECT_EQ(a.summary.max_output_tokens, 100u);
-    EXPECT_DOUBLE_EQ(a.reserved, 1 + 2) << "input: min 1; output: 100 / 50";
+    EXPECT_DOUBLE_EQ(a.reserved.cost, 1 + 2) << "input: min 1; output: 100 / 50";
     ASSERT_EQ(a.charges.size(), 2u);
     EXPECT_EQ(a.charges[0].key, "tenant:requests:acme");
     EXPECT_DOUBLE_EQ(a.charges[0].amount, 1);
-    EXPECT_DOUBLE_EQ(a.charges[1].amount, a.reserved);
+    EXPECT_DOUBLE_EQ(a.charges[1].amount, a.reserved.cost);
 }
 
 TEST(EstimateStage, LearnsWhatATenantReallyGeneratesAndReservesThat) {
@@ -152,7 +152,7 @@ TEST(EstimateStage, LearnsWhatATenantReallyGeneratesAndReservesThat) {
     ASSERT_TRUE(a.output.learned) << describe(a.output, cost);
     EXPECT_GE(a.output.tokens, 41u);
     EXPECT_LE(a.output.tokens, 43u) << "one byte a sample: at most 4.4% over";
-    EXPECT_LT(a.reserved, 100) << "the pre-charge holds the learned output, not 2000";
+    EXPECT_LT(a.reserved.cost, 100) << "the pre-charge holds the learned output, not 2000";
     EXPECT_NE(describe(a.output, cost).find("learned: the p90 of the last 3 settlements"), std::string::npos)
         << describe(a.output, cost);
     // The tenant starts to generate ten times more: settlement charges it, and the estimate
@@ -182,13 +182,13 @@ TEST(CapStage, LowersTheOutputToFitTheBudgetInsteadOfRefusing) {
     ASSERT_TRUE(std::holds_alternative<Permit>(first)) << "capped, not refused";
     EXPECT_TRUE(a.output.capped);
     EXPECT_EQ(a.output.per_sequence, 1000u - 8) << "input + output = the whole bucket";
-    EXPECT_DOUBLE_EQ(a.reserved, 1000);
+    EXPECT_DOUBLE_EQ(a.reserved.cost, 1000);
     auto headers = std::get<Permit>(first).headers();
     auto capped = std::find_if(headers.begin(), headers.end(),
                                [](const auto& h) { return h.name == "x-tokengate-output-capped"; });
     ASSERT_NE(capped, headers.end());
     EXPECT_EQ(capped->value, "992");
-    std::get<Permit>(first).settle(1000);
+    std::get<Permit>(first).settle(config::Amounts{1000});
     s.clock.advance(20s);  // 20 units back: 8 of input and 12 of output would fit, under min_output
     auto b = ask(5000);
     auto second = s.limit(b);
@@ -239,20 +239,20 @@ TEST(LimitStage, APermitSettlesOnceAndARefundComesBack) {
         auto limited = s.limit(a);
         auto& permit = std::get<Permit>(limited);
         EXPECT_FALSE(permit.settled());
-        permit.settle(0);   // nothing generated: the whole reservation back
-        permit.settle(50);  // a second settlement changes nothing
+        permit.settle(config::Amounts{0});   // nothing generated: the whole reservation back
+        permit.settle(config::Amounts{50});  // a second settlement changes nothing
         EXPECT_TRUE(permit.settled());
     }
     EXPECT_EQ(s.metric("tokengate_settled_total{tenant=\"acme\"}"), "1");
     auto peek = s.run(pipeline::preview(s.store, a.charges));
     // (peek says what a request would leave: the full bucket less one reservation.)
-    EXPECT_DOUBLE_EQ(peek.statuses[1].verdict.remaining, 100 - a.reserved) << "the refund of settle(0), not 50";
+    EXPECT_DOUBLE_EQ(peek.statuses[1].verdict.remaining, 100 - a.reserved.cost) << "the refund of settle(0), not 50";
     {
         auto limited = s.limit(a);  // dropped unsettled: keeps its reservation, counted once
     }
     EXPECT_EQ(s.metric("tokengate_settled_total{tenant=\"acme\"}"), "2");
     peek = s.run(pipeline::preview(s.store, a.charges));
-    EXPECT_DOUBLE_EQ(peek.statuses[1].verdict.remaining, 100 - 2 * a.reserved);
+    EXPECT_DOUBLE_EQ(peek.statuses[1].verdict.remaining, 100 - 2 * a.reserved.cost);
 }
 
 /// A shared store that is down under fail_closed, through the same seam.
@@ -266,6 +266,9 @@ public:
         co_return d;
     }
     net::awaitable<limiter::Decision> peek(std::span<const limiter::Charge> c) override { return decide(c); }
+    net::awaitable<std::optional<limiter::QuotaState>> quota(const limiter::Charge&, double, bool) override {
+        co_return std::nullopt;
+    }
     net::awaitable<bool> wait_ready(std::chrono::nanoseconds) override { co_return false; }
     bool refusing() const override { return true; }
     store::MemoryStore& local() override { return local_; }

@@ -81,7 +81,7 @@ TEST(MemoryStore, ConcurrencyReleasedBySettlement) {
     auto b = store.decide(charges);
     ASSERT_TRUE(a.allowed && b.allowed);
     EXPECT_FALSE(store.decide(charges).allowed);
-    store.settle(limiter::charged(charges, a), 1, "");
+    store.settle(limiter::charged(charges, a), config::Amounts{1}, "");
     EXPECT_TRUE(store.decide(charges).allowed);
 }
 
@@ -94,7 +94,7 @@ TEST(MemoryStore, CostSettlementRefunds) {
     auto d = store.decide(charges);
     ASSERT_TRUE(d.allowed);
     EXPECT_DOUBLE_EQ(d.statuses[0].verdict.remaining, 40);
-    store.settle(limiter::charged(charges, d), 20, "");  // actual cost 20: refund 40
+    store.settle(limiter::charged(charges, d), config::Amounts{20}, "");  // actual cost 20: refund 40
     std::vector<Charge> probe = {charge(tokens, Level::tenant, "t", 1)};
     EXPECT_DOUBLE_EQ(store.decide(probe).statuses[0].verdict.remaining, 79);
 }

@@ -31,19 +31,39 @@ Charge charge(const LimitSpec& s, const std::string& key, double amount = 1) {
 StateSnapshot sample() {
     StateSnapshot s;
     s.written_at_unix_ns = 1'700'000'123'000'000'000;
-    s.buckets = {{"tenant:requests:acme", 5, 0.5, 1.25}, {"ip:per-ip:10.0.0.1", 100, 10, -40}, {"", 1, 1, 0}};
+    s.levels.buckets = {{"tenant:requests:acme", 5, 0.5, 1.25}, {"ip:per-ip:10.0.0.1", 100, 10, -40}, {"", 1, 1, 0}};
+    s.levels.quotas = {{"tenant:daily:acme", 1234.5, 100, {1'700'000'000'000'000'000, 1'700'086'400'000'000'000}}};
     return s;
 }
 
 TEST(StateFile, EncodesAndDecodesEveryField) {
     auto decoded = decode_state(encode_state(sample()));
     EXPECT_EQ(decoded.written_at_unix_ns, 1'700'000'123'000'000'000);
-    ASSERT_EQ(decoded.buckets.size(), 3u);
-    EXPECT_EQ(decoded.buckets[1].key, "ip:per-ip:10.0.0.1");
-    EXPECT_EQ(decoded.buckets[1].capacity, 100);
-    EXPECT_EQ(decoded.buckets[1].rate_per_s, 10);
-    EXPECT_EQ(decoded.buckets[1].tokens, -40);
-    EXPECT_EQ(decoded.buckets[0].tokens, 1.25);
+    const auto& buckets = decoded.levels.buckets;
+    ASSERT_EQ(buckets.size(), 3u);
+    EXPECT_EQ(buckets[1].key, "ip:per-ip:10.0.0.1");
+    EXPECT_EQ(buckets[1].capacity, 100);
+    EXPECT_EQ(buckets[1].rate_per_s, 10);
+    EXPECT_EQ(buckets[1].tokens, -40);
+    EXPECT_EQ(buckets[0].tokens, 1.25);
+    ASSERT_EQ(decoded.levels.quotas.size(), 1u);
+    const auto& quota = decoded.levels.quotas[0];
+    EXPECT_EQ(quota.key, "tenant:daily:acme");
+    EXPECT_EQ(quota.used, 1234.5);
+    EXPECT_EQ(quota.added, 100);
+    EXPECT_EQ(quota.window, (core::CalendarWindow{1'700'000'000'000'000'000, 1'700'086'400'000'000'000}));
+}
+
+TEST(StateFile, AVersionOneFileIsStillRead) {
+    // Version 1 had no quotas and no quota count: the same records behind a shorter header.
+    auto only_buckets = sample();
+    only_buckets.levels.quotas.clear();
+    auto v2 = encode_state(only_buckets);
+    auto v1 = v2.substr(0, 28) + v2.substr(36);
+    v1[8] = 1;
+    auto decoded = decode_state(v1);
+    EXPECT_EQ(decoded.levels.buckets.size(), 3u);
+    EXPECT_TRUE(decoded.levels.quotas.empty());
 }
 
 TEST(StateFile, RefusesEveryDamagedFileWithItsReason) {
@@ -59,27 +79,34 @@ TEST(StateFile, RefusesEveryDamagedFileWithItsReason) {
     EXPECT_EQ(reason(""), "truncated (in the header)");
     EXPECT_EQ(reason("GIF89a..........................................................."),
               "not a tokengate state file");
-    for (std::size_t cut : {good.size() - 1, good.size() - 20, std::size_t{61}})
+    EXPECT_EQ(reason(good.substr(0, 61)), "truncated (in the header)");
+    for (std::size_t cut : {good.size() - 1, good.size() - 20, std::size_t{69}})
         EXPECT_EQ(reason(good.substr(0, cut)), "checksum mismatch: the file is corrupt") << cut;
-    for (std::size_t at = 60; at < good.size(); at += 7) {  // any flipped record byte
+    for (std::size_t at = 36; at < good.size(); at += 7) {  // any flipped digest or record byte
         auto bad = good;
         bad[at] ^= 0x40;
         EXPECT_EQ(reason(bad), "checksum mismatch: the file is corrupt") << at;
     }
     auto other_version = good;
-    other_version[8] = 2;
-    EXPECT_EQ(reason(other_version), "format version 2; this gateway reads version 1");
+    other_version[8] = 3;
+    EXPECT_EQ(reason(other_version), "format version 3; this gateway reads versions 1 and 2");
     // A valid checksum over values no config allows (a file written by hand, or by a bug).
     auto wild = sample();
-    wild.buckets[0].tokens = std::nan("");
+    wild.levels.buckets[0].tokens = std::nan("");
     EXPECT_EQ(reason(encode_state(wild)), "record 0 (tenant:requests:acme) is out of range");
     wild = sample();
-    wild.buckets[2].capacity = 1e300;
+    wild.levels.buckets[2].capacity = 1e300;
     EXPECT_EQ(reason(encode_state(wild)), "record 2 () is out of range");
+    wild = sample();
+    wild.levels.quotas[0].used = -1;
+    EXPECT_EQ(reason(encode_state(wild)), "quota 0 (tenant:daily:acme) is out of range");
+    wild = sample();
+    wild.levels.quotas[0].window.end = wild.levels.quotas[0].window.start;
+    EXPECT_EQ(reason(encode_state(wild)), "quota 0 (tenant:daily:acme) is out of range");
     // A count larger than the bytes could hold is refused before anything is reserved.
     auto huge = good;
     for (int i = 20; i < 28; ++i) huge[i] = static_cast<char>(0xff);
-    EXPECT_EQ(reason(huge), "record count 18446744073709551615 is impossible");
+    EXPECT_EQ(reason(huge), "record counts 18446744073709551615 and 1 are impossible");
 }
 
 TEST(StateFile, WritesAtomicallyAndLeavesTheOldSnapshotWhenAStepFails) {
@@ -110,13 +137,13 @@ TEST(StateFile, AMemoryStoreComesBackAtItsLevelRefilledByTheDowntime) {
     ASSERT_TRUE(before.decide(std::vector{charge(full, "global:gpu:*")}).allowed);
     clock.advance(1s);  // "global:gpu:*" is full again: nothing to keep
     auto saved = before.save();
-    ASSERT_EQ(saved.size(), 1u);
-    EXPECT_EQ(saved[0].key, "tenant:requests:acme");
-    EXPECT_NEAR(saved[0].tokens, 0.5, 1e-9);
+    ASSERT_EQ(saved.buckets.size(), 1u);
+    EXPECT_EQ(saved.buckets[0].key, "tenant:requests:acme");
+    EXPECT_NEAR(saved.buckets[0].tokens, 0.5, 1e-9);
 
     // 3 s down: 0.5 + 1.5 = 2 tokens, not a fresh 5.
     MemoryStore after(clock);
-    EXPECT_EQ(after.restore(decode_state(encode_state({0, saved})).buckets, 3'000'000'000), 1u);
+    EXPECT_EQ(after.restore(decode_state(encode_state({0, saved})).levels, 3'000'000'000), 1u);
     std::vector one{charge(requests, "tenant:requests:acme")};
     EXPECT_TRUE(after.decide(one).allowed);
     EXPECT_TRUE(after.decide(one).allowed);
@@ -131,7 +158,7 @@ TEST(StateFile, ADebtIsKeptAndTheCurrentConfigWinsOnFirstUse) {
     core::ManualClock clock;
     MemoryStore store(clock);
     // -40 of 100 at 10/s, down for 1 s: -30. The config now says capacity 50 at 10/s.
-    ASSERT_EQ(store.restore({{"tenant:tokens:acme", 100, 10, -40}}, 1'000'000'000), 1u);
+    ASSERT_EQ(store.restore({{{"tenant:tokens:acme", 100, 10, -40}}, {}}, 1'000'000'000), 1u);
     auto now_spec = spec(50, 10);
     auto peeked = store.peek(std::vector{charge(now_spec, "tenant:tokens:acme")});
     EXPECT_FALSE(peeked.allowed);
