@@ -52,7 +52,7 @@ start_tokengate() {  # name workers store
     echo "      - { name: requests, algorithm: token_bucket, capacity: 1000000, rate: 1000000/s }"
     echo "      - { name: tokens, algorithm: token_bucket, capacity: 10000000, rate: 10000000/s, unit: cost }"
     if [ "$store" = redis+quota ]; then
-      echo "      - { name: daily-tokens, algorithm: quota, period: day, limit: 1e15, unit: tokens }"
+      echo "      - { name: daily-tokens, algorithm: quota, period: day, limit: 1000000G, unit: tokens }"
     fi
     echo "tenants:"
     for i in $(seq 100); do echo "  - { id: t$i, tier: standard, keys: [ \"bench-key-$i\" ] }"; done

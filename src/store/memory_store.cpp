@@ -88,8 +88,10 @@ void MemoryStore::settle(std::span<const Charge> charged, const config::Amounts&
 }
 
 void MemoryStore::quota_status(limiter::LimitStatus& status, const limiter::QuotaCounter& quota, const Charge& charge,
-                               core::Nanos unix_now) {
-    status.verdict = quota.check(charge.amount, charge.spec->capacity, unix_now);
+                               core::Nanos unix_now) const {
+    // Standing in for a shared store, each replica holds its share of the quota too.
+    config::LimitSpec share;
+    status.verdict = quota.check(charge.amount, effective(*charge.spec, share).capacity, unix_now);
     status.window = quota.window();
     status.quota_added = quota.added();
 }

@@ -103,8 +103,8 @@ private:
     const config::LimitSpec& effective(const config::LimitSpec& spec, config::LimitSpec& share) const;
     Bucket& find_or_create(Shard& shard, const limiter::Charge& charge, core::Nanos now, core::Nanos unix_now);
 
-    static void quota_status(limiter::LimitStatus& status, const limiter::QuotaCounter& quota,
-                             const limiter::Charge& charge, core::Nanos unix_now);
+    void quota_status(limiter::LimitStatus& status, const limiter::QuotaCounter& quota, const limiter::Charge& charge,
+                      core::Nanos unix_now) const;
     static bool evictable(const Bucket& b, core::Nanos now, core::Nanos unix_now, bool only_idle);
     void make_room(Shard& shard, core::Nanos now, core::Nanos unix_now);
 

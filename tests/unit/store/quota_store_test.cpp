@@ -112,6 +112,17 @@ TEST(QuotaStore, TopUpResetAndSnapshotAcrossARestart) {
     EXPECT_EQ(reset.added, 0);
 }
 
+TEST(QuotaStore, StandingInForASharedStoreEachReplicaHoldsItsShare) {
+    core::ManualClock clock(k_s, k_before_ny_midnight);
+    MemoryStore store(clock);
+    store.set_share_divisor(2);  // Redis is down, two replicas are alive
+    auto spec = quota(4, config::Unit::requests);
+    std::vector one{charge(spec, 1)};
+    EXPECT_TRUE(store.decide(one).allowed);
+    EXPECT_TRUE(store.decide(one).allowed);
+    EXPECT_FALSE(store.decide(one).allowed) << "half of 4 in this replica";
+}
+
 TEST(QuotaStore, AnIdleQuotaIsEvictedAndABusyOneIsNot) {
     core::ManualClock clock(k_s, k_before_ny_midnight);
     MemoryStore store(clock);
