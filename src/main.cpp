@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -23,6 +24,7 @@
 #include "tokengate/cost/tokenizer.hpp"
 #include "tokengate/mock/mock_upstream.hpp"
 #include "tokengate/server/gateway.hpp"
+#include "tokengate/server/simulate.hpp"
 #include "tokengate/tls/context.hpp"
 
 namespace {
@@ -38,6 +40,9 @@ usage:
                                          --ignore-state: start afresh if store.state_file is unusable
   tokengate check -c gateway.yaml        validate a config and print a summary
   tokengate hash-key KEY                 print the sha256: form of an API key for the config
+  tokengate simulate -c gateway.yaml --trace FILE [--out DIR]
+                                         replay a JSON-lines trace through the limits on a virtual
+                                         clock; writes DIR/summary.json and DIR/decisions.csv
   tokengate mock-upstream --port N [--host H] [--tokens-per-s R] [--tls-cert F --tls-key F [--tls-client-ca F]]
                                          run an OpenAI-compatible fake backend
   tokengate --version
@@ -180,6 +185,44 @@ int mock_upstream(const std::vector<std::string>& args) {
     }
 }
 
+int simulate(const std::vector<std::string>& args) {
+    auto path = option_value(args, {"-c", "--config"});
+    auto trace_path = option_value(args, {"--trace"});
+    if (!path || path->empty() || !trace_path || trace_path->empty()) {
+        std::cerr << "usage: tokengate simulate -c gateway.yaml --trace FILE [--out DIR]\n";
+        return 2;
+    }
+    auto cfg = load_or_report(*path);
+    if (!cfg) return 1;
+    std::ifstream in(*trace_path);
+    if (!in) {
+        std::cerr << "tokengate simulate: cannot read " << *trace_path << "\n";
+        return 1;
+    }
+    std::vector<server::TraceEntry> trace;
+    std::size_t reordered = 0;
+    try {
+        trace = server::read_trace(in, reordered);
+    } catch (const server::TraceError& e) {
+        std::cerr << *trace_path << ":" << e.what() << "\n";
+        return 1;
+    }
+    if (reordered)
+        std::cerr << *trace_path << ": " << reordered << " lines were out of time order; replayed sorted by t\n";
+    auto result = server::simulate(cfg, trace);
+    auto out = option_value(args, {"--out"}).value_or("simulation");
+    std::string error;
+    if (!server::write_simulation(result, out, error)) {
+        std::cerr << "tokengate simulate: " << error << "\n";
+        return 1;
+    }
+    std::size_t admitted = 0;
+    for (const auto& d : result.decisions) admitted += d.status == 200;
+    std::cout << result.decisions.size() << " requests: " << admitted << " admitted, "
+              << result.decisions.size() - admitted << " not; " << out << "/summary.json, " << out
+              << "/decisions.csv\n";
+    return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -206,6 +249,7 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (command == "mock-upstream") return mock_upstream(args);
+    if (command == "simulate") return simulate(args);
     if (command == "serve" || command == "check") {
         auto path = option_value(args, {"-c", "--config"});
         if (!path || path->empty()) {

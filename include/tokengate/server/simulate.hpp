@@ -1,0 +1,70 @@
+#pragma once
+
+// `tokengate simulate` (SPEC §15): a trace replayed through the gateway's own admission and
+// decision code on a virtual clock — no sockets, no sleeping — to see what a config would do.
+
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tokengate/config/config.hpp"
+
+namespace tokengate::server {
+
+/// One request of a trace: JSON lines {"t", "key", "path", "client_ip", "body" | "cost",
+/// "usage": {"prompt_tokens", "completion_tokens"}, "duration_s"}.
+struct TraceEntry {
+    double t = 0;  // seconds from the trace's start
+    std::string key;
+    std::string path = "/v1/chat/completions";
+    std::string client_ip = "127.0.0.1";
+    std::string body;            // the request body as JSON text; empty when `cost` is given
+    std::optional<double> cost;  // a cost given directly instead of a body
+    std::optional<std::uint64_t> prompt_tokens, completion_tokens;  // what the upstream reported
+    double duration_s = 0;                                          // how long the exchange lasted
+    std::size_t line = 0;
+};
+
+/// A trace line that is not a request: "line N: why".
+class TraceError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+/// Reads every line; a trace out of time order is sorted (stable), and `reordered` says how
+/// many lines came earlier than the one before them.
+std::vector<TraceEntry> read_trace(std::istream& in, std::size_t& reordered);
+
+/// What became of one request.
+struct SimulatedDecision {
+    double t = 0;             // arrival
+    std::string_view tenant;  // into SimulationResult::config; empty: the key is unknown
+    int status = 200;         // 200 admitted, 429 refused, 401/400/404 as the gateway would answer
+    int limit = -1;           // into SimulationResult::limits: the refusing limit, or the queue waited in
+    double wait_s = 0;        // admitted: from arrival to start
+};
+
+struct LimitSummary {
+    std::string limit;  // "level:name"
+    std::uint64_t admitted = 0, rejected = 0, queued = 0;
+    double wait_p50_s = 0, wait_p99_s = 0;
+};
+
+struct SimulationResult {
+    std::shared_ptr<const config::GatewayConfig> config;  // what the tenant names point into
+    std::vector<SimulatedDecision> decisions;             // in arrival order
+    std::vector<LimitSummary> limits;                     // in the order they were first met
+    std::uint64_t unauthorized = 0, invalid = 0;
+};
+
+SimulationResult simulate(std::shared_ptr<const config::GatewayConfig> config, const std::vector<TraceEntry>& trace);
+
+/// summary.json and decisions.csv into `out_dir`; false with `error` when a file cannot be written.
+bool write_simulation(const SimulationResult& result, const std::string& out_dir, std::string& error);
+
+}  // namespace tokengate::server

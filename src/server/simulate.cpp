@@ -1,0 +1,371 @@
+#include "tokengate/server/simulate.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <istream>
+#include <limits>
+#include <map>
+#include <queue>
+#include <unordered_map>
+#include <variant>
+
+#include "pipeline/admit.hpp"
+#include "tokengate/classify/classify.hpp"
+#include "tokengate/cost/output_history.hpp"
+#include "tokengate/proxy/target.hpp"
+#include "tokengate/server/runtime.hpp"
+#include "tokengate/store/memory_store.hpp"
+
+namespace tokengate::server {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr core::Nanos k_s = core::k_nanos_per_second;
+// Bounds a trace may not pass: a week of virtual time per request, a decade of trace.
+constexpr double k_max_t = 10.0 * 365 * 86400;
+constexpr double k_max_duration = 7.0 * 86400;
+constexpr std::size_t k_max_remembered_keys = 100'000;
+
+[[noreturn]] void bad(std::size_t line, const std::string& why) {
+    throw TraceError("line " + std::to_string(line) + ": " + why);
+}
+
+double seconds(const json& j, const char* key, std::size_t line, double max) {
+    const auto& v = j[key];
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0 || v.get<double>() > max)
+        bad(line, std::string("'") + key + "' must be a number from 0 to " + std::to_string(std::llround(max)));
+    return v.get<double>();
+}
+
+std::string text(const json& j, const char* key, std::size_t line) {
+    if (!j[key].is_string()) bad(line, std::string("'") + key + "' must be a string");
+    return j[key].get<std::string>();
+}
+
+TraceEntry entry(const std::string& raw, std::size_t line) {
+    auto j = json::parse(raw, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) bad(line, "not a JSON object");
+    for (const auto& [k, v] : j.items())
+        if (k != "t" && k != "key" && k != "path" && k != "client_ip" && k != "body" && k != "cost" && k != "usage" &&
+            k != "duration_s")
+            bad(line, "unknown field '" + k + "'");
+    TraceEntry e;
+    e.line = line;
+    if (!j.contains("t")) bad(line, "missing 't' (seconds from the trace's start)");
+    e.t = seconds(j, "t", line, k_max_t);
+    if (!j.contains("key")) bad(line, "missing 'key'");
+    e.key = text(j, "key", line);
+    if (j.contains("path")) e.path = text(j, "path", line);
+    if (j.contains("client_ip")) e.client_ip = text(j, "client_ip", line);
+    if (j.contains("body") == j.contains("cost")) bad(line, "give either 'body' (the request) or 'cost'");
+    if (j.contains("body")) {
+        if (!j["body"].is_object()) bad(line, "'body' must be the request's JSON object");
+        e.body = j["body"].dump();
+    } else {
+        e.cost = seconds(j, "cost", line, 1e15);
+    }
+    if (j.contains("usage")) {
+        const auto& u = j["usage"];
+        auto count = [&](const char* key) -> std::optional<std::uint64_t> {
+            if (!u.contains(key)) return std::nullopt;
+            if (!u[key].is_number_unsigned()) bad(line, std::string("usage.") + key + " must be a whole number");
+            return u[key].get<std::uint64_t>();
+        };
+        if (!u.is_object()) bad(line, "'usage' must be an object");
+        e.prompt_tokens = count("prompt_tokens");
+        e.completion_tokens = count("completion_tokens");
+    }
+    if (j.contains("duration_s")) e.duration_s = seconds(j, "duration_s", line, k_max_duration);
+    return e;
+}
+
+/// A request admitted and not yet settled (waiting for its queue turns, or in flight).
+struct InFlight {
+    std::size_t index = 0;  // into the result's decisions
+    std::vector<limiter::Charge> charges;
+    limiter::Decision decision;
+    std::size_t next_queue = 0;  // the charge whose ticket is asked next
+    config::Amounts actual;
+    core::Nanos arrived = 0;
+    core::Nanos duration = 0;
+};
+
+struct Event {
+    core::Nanos at;
+    std::uint64_t seq;
+    bool settle;  // else: ask for a queue turn
+    std::size_t request;
+    bool operator>(const Event& o) const { return at != o.at ? at > o.at : seq > o.seq; }
+};
+
+struct Tally {
+    int index = 0;  // into SimulationResult::limits
+    std::uint64_t admitted = 0, rejected = 0, queued = 0;
+    std::vector<double> waits;
+};
+
+std::string limit_name(const limiter::LimitStatus& s) {
+    return std::string(config::to_string(s.level)) + ":" + s.spec->name;
+}
+
+double quantile(std::vector<double> v, double q) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    auto at = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1;
+    return v[std::min(at, v.size() - 1)];
+}
+
+/// The config without what simulating does not need and cannot assume is here: certificates.
+std::shared_ptr<const config::GatewayConfig> without_tls(const config::GatewayConfig& config) {
+    auto copy = std::make_shared<config::GatewayConfig>(config);
+    copy->server.tls.reset();
+    for (auto& u : copy->upstreams) u.https = false, u.tls = {};
+    copy->store.backend = config::StoreBackend::memory;
+    return copy;
+}
+
+class Simulator {
+public:
+    explicit Simulator(std::shared_ptr<const config::GatewayConfig> config)
+        : runtime_(without_tls(*config)), store_(clock_) {
+        result_.config = std::move(config);
+    }
+
+    SimulationResult run(const std::vector<TraceEntry>& trace) {
+        result_.decisions.reserve(trace.size());
+        for (const auto& e : trace) {
+            auto at = k_s + static_cast<core::Nanos>(std::llround(e.t * 1e9));
+            drain(at);
+            clock_.set(at);
+            arrive(e, at);
+        }
+        drain(std::numeric_limits<core::Nanos>::max());
+        for (const auto& name : order_) {
+            const auto& t = tally_[name];
+            result_.limits.push_back(
+                {name, t.admitted, t.rejected, t.queued, quantile(t.waits, 0.5), quantile(t.waits, 0.99)});
+        }
+        return std::move(result_);
+    }
+
+private:
+    Tally& tally(const std::string& name) {
+        auto [it, fresh] = tally_.try_emplace(name);
+        if (fresh) {
+            it->second.index = static_cast<int>(order_.size());
+            order_.push_back(name);
+        }
+        return it->second;
+    }
+    /// Each tenant holds its own copy of its tier's limits: tallied by name, found by spec
+    /// (the names are built once per spec, not once per request).
+    Tally& tally(const limiter::LimitStatus& s) {
+        auto [it, fresh] = by_spec_.try_emplace({s.spec, s.level}, nullptr);
+        if (fresh) it->second = &tally(limit_name(s));
+        return *it->second;
+    }
+
+    /// The gateway's own lookup (a SHA-256 per key), remembered: a trace repeats its keys.
+    std::optional<auth::Principal> authenticate(const std::string& key) {
+        if (auto it = principals_.find(key); it != principals_.end()) return it->second;
+        auto who = runtime_.keys.authenticate(key);
+        if (principals_.size() < k_max_remembered_keys) principals_.emplace(key, who);
+        return who;
+    }
+
+    void schedule(core::Nanos at, bool settle, std::size_t request) { events_.push({at, seq_++, settle, request}); }
+
+    void drain(core::Nanos until) {
+        while (!events_.empty() && events_.top().at <= until) {
+            auto ev = events_.top();
+            events_.pop();
+            clock_.set(std::max(clock_.now(), ev.at));
+            if (ev.settle) settle(ev.request);
+            else ask_turn(ev.request);
+        }
+    }
+
+    void arrive(const TraceEntry& e, core::Nanos at) {
+        SimulatedDecision d;
+        d.t = e.t;
+        auto& cfg = *runtime_.config;
+        std::optional<auth::Principal> who = authenticate(e.key);
+        if (!who) {
+            d.status = 401;
+            ++result_.unauthorized;
+            result_.decisions.push_back(d);
+            return;
+        }
+        d.tenant = result_.config->tenants[who->tenant].id;
+        InFlight f;
+        f.arrived = at;
+        f.duration = static_cast<core::Nanos>(std::llround(e.duration_s * 1e9));
+        if (!e.cost) {
+            auto target = proxy::normalize_target(e.path);
+            auto admission = pipeline::admit(runtime_, {e.key, target, e.client_ip, e.body}, history_, who);
+            if (auto* no = std::get_if<pipeline::Rejection>(&admission)) {
+                d.status = static_cast<int>(no->status);
+                ++result_.invalid;
+                result_.decisions.push_back(d);
+                return;
+            }
+            auto& a = std::get<pipeline::Admitted>(admission);
+            f.charges = std::move(a.charges);
+            f.actual = e.prompt_tokens || e.completion_tokens
+                           ? cost::request_amounts(cfg.cost, a.cost_factor, a.price,
+                                                   e.prompt_tokens.value_or(a.summary.input_tokens),
+                                                   e.completion_tokens.value_or(0), a.summary.stream)
+                           : a.reserved;
+        } else {
+            auto route = classify::match_route(cfg, proxy::normalize_target(e.path).path, "");
+            if (!route) {
+                d.status = 404;
+                ++result_.invalid;
+                result_.decisions.push_back(d);
+                return;
+            }
+            config::Amounts given{
+                *e.cost, static_cast<double>(e.prompt_tokens.value_or(0) + e.completion_tokens.value_or(0)), 0};
+            f.charges = classify::applicable_limits(cfg, {who->tenant, e.client_ip, *route, "", given, {}});
+            f.actual = given;
+        }
+        f.decision = store_.decide(f.charges);
+        if (!f.decision.allowed) {
+            d.status = 429;
+            if (f.decision.rejected >= 0) {
+                auto& t = tally(f.decision.statuses[f.decision.rejected]);
+                ++t.rejected;
+                d.limit = t.index;
+            }
+            result_.decisions.push_back(d);
+            return;
+        }
+        f.index = result_.decisions.size();
+        result_.decisions.push_back(d);
+        bool waits = f.decision.must_wait();
+        std::size_t id;
+        if (free_.empty()) {  // a settled request's slot is reused: memory follows what is in flight
+            id = in_flight_.size();
+            in_flight_.push_back(std::move(f));
+        } else {
+            id = free_.back();
+            free_.pop_back();
+            in_flight_[id] = std::move(f);
+        }
+        if (waits) schedule(at, false, id);
+        else started(id, at);
+    }
+
+    void ask_turn(std::size_t id) {
+        auto& f = in_flight_[id];
+        auto now = clock_.now();
+        for (; f.next_queue < f.charges.size(); ++f.next_queue) {
+            auto ticket = f.decision.statuses[f.next_queue].ticket;
+            if (!ticket) continue;
+            auto r = store_.queue_try_start(f.charges[f.next_queue], ticket);
+            if (r.started || r.unknown) {
+                auto& t = tally(f.decision.statuses[f.next_queue]);
+                result_.decisions[f.index].limit = t.index;
+                ++t.queued;
+                t.waits.push_back(static_cast<double>(now - f.arrived) / 1e9);
+                continue;
+            }
+            // Not its turn yet: ask again when the queue says (after the ones due at once).
+            schedule(std::max(r.wait_until, now), false, id);
+            return;
+        }
+        started(id, now);
+    }
+
+    void started(std::size_t id, core::Nanos now) {
+        auto& f = in_flight_[id];
+        result_.decisions[f.index].wait_s = static_cast<double>(now - f.arrived) / 1e9;
+        for (std::size_t i = 0; i < f.charges.size(); ++i)
+            if (f.decision.statuses[i].charged) ++tally(f.decision.statuses[i]).admitted;
+        schedule(now + f.duration, true, id);
+    }
+
+    void settle(std::size_t id) {
+        auto& f = in_flight_[id];
+        store_.settle(limiter::charged(f.charges, f.decision), f.actual, f.decision.lease);
+        f.charges.clear();
+        f.decision = {};
+        free_.push_back(id);
+    }
+
+    core::ManualClock clock_{k_s, 1'700'000'000 * k_s};
+    Runtime runtime_;
+    store::MemoryStore store_;
+    cost::OutputHistory history_;
+    std::vector<InFlight> in_flight_;
+    std::vector<std::size_t> free_;
+    std::unordered_map<std::string, std::optional<auth::Principal>> principals_;
+    std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+    std::uint64_t seq_ = 0;
+    std::map<std::string, Tally> tally_;
+    std::map<std::pair<const config::LimitSpec*, config::Level>, Tally*> by_spec_;
+    std::vector<std::string> order_;
+    SimulationResult result_;
+};
+
+}  // namespace
+
+std::vector<TraceEntry> read_trace(std::istream& in, std::size_t& reordered) {
+    std::vector<TraceEntry> out;
+    std::string line;
+    reordered = 0;
+    for (std::size_t n = 1; std::getline(in, line); ++n) {
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        out.push_back(entry(line, n));
+        if (out.size() > 1 && out.back().t < out[out.size() - 2].t) ++reordered;
+    }
+    if (reordered)
+        std::stable_sort(out.begin(), out.end(), [](const TraceEntry& a, const TraceEntry& b) { return a.t < b.t; });
+    return out;
+}
+
+SimulationResult simulate(std::shared_ptr<const config::GatewayConfig> config, const std::vector<TraceEntry>& trace) {
+    return Simulator(std::move(config)).run(trace);
+}
+
+bool write_simulation(const SimulationResult& result, const std::string& out_dir, std::string& error) {
+    std::error_code ec;
+    std::filesystem::create_directories(out_dir, ec);
+    json limits = json::array();
+    for (const auto& l : result.limits)
+        limits.push_back({{"limit", l.limit},
+                          {"admitted", l.admitted},
+                          {"rejected", l.rejected},
+                          {"queued", l.queued},
+                          {"wait_p50_s", l.wait_p50_s},
+                          {"wait_p99_s", l.wait_p99_s}});
+    std::uint64_t admitted = 0, refused = 0;
+    for (const auto& d : result.decisions) admitted += d.status == 200, refused += d.status == 429;
+    json summary = {{"requests", result.decisions.size()}, {"admitted", admitted},      {"rejected", refused},
+                    {"unauthorized", result.unauthorized}, {"invalid", result.invalid}, {"limits", limits}};
+    std::ofstream s(out_dir + "/summary.json");
+    s << summary.dump(2) << "\n";
+    std::ofstream csv(out_dir + "/decisions.csv");
+    csv << "t,tenant,verdict,limit,wait_s\n";
+    char buf[64];
+    for (const auto& d : result.decisions) {
+        std::snprintf(buf, sizeof buf, "%.6f", d.t);
+        csv << buf << "," << d.tenant << "," << d.status << ","
+            << (d.limit >= 0 ? std::string_view(result.limits[d.limit].limit) : std::string_view()) << ",";
+        std::snprintf(buf, sizeof buf, "%.6f", d.wait_s);
+        csv << buf << "\n";
+    }
+    if (!s || !csv) {
+        error = "cannot write summary.json or decisions.csv in " + out_dir;
+        return false;
+    }
+    return true;
+}
+
+}  // namespace tokengate::server

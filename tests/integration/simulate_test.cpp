@@ -1,0 +1,73 @@
+// `tokengate simulate` through the binary: seed 000's trace gives the seed's answer in the
+// files it writes; a bad line is exit 1 naming it; a trace out of order is replayed sorted.
+
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "harness.hpp"
+
+namespace tokengate::testing {
+namespace {
+
+struct Run {
+    int code = -1;
+    std::string output;
+};
+
+Run simulate(const TempDir& dir, const std::string& trace) {
+    std::ofstream(dir.path() + "/gateway.yaml")
+        << "upstreams: [ { name: up, url: \"http://127.0.0.1:8000\" } ]\n"
+           "routes: [ { path: /v1/chat/completions, upstreams: [up] } ]\n"
+           "tenants:\n  - id: seed\n    keys: "
+           "[\"sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\"]\n"
+           "    limits: [ { name: bucket, algorithm: leaky_bucket, mode: police, capacity: 5, rate: 2/s } ]\n";
+    std::ofstream(dir.path() + "/trace.jsonl") << trace;
+    auto command = std::string(gateway_binary()) + " simulate -c " + dir.path() + "/gateway.yaml --trace " +
+                   dir.path() + "/trace.jsonl --out " + dir.path() + "/out > " + dir.path() + "/run.log 2>&1";
+    int status = std::system(command.c_str());
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(dir.path() + "/run.log")};
+}
+
+TEST(Simulate, SeedZeroThroughTheBinaryWritesItsSummaryAndDecisions) {
+    TempDir dir;
+    std::string trace;
+    for (int i = 0; i < 20; ++i) trace += "{\"t\": " + std::to_string(i / 10.0) + ", \"key\": \"test\", \"cost\": 1}\n";
+    trace += R"({"t": 2.5, "key": "stolen", "cost": 1})"
+             "\n";
+    auto run = simulate(dir, trace);
+    ASSERT_EQ(run.code, 0) << run.output;
+    EXPECT_NE(run.output.find("21 requests: 8 admitted"), std::string::npos) << run.output;
+    auto summary = nlohmann::json::parse(read_file(dir.path() + "/out/summary.json"));
+    EXPECT_EQ(summary["admitted"], 8);
+    EXPECT_EQ(summary["unauthorized"], 1) << "an unknown key is counted as a 401";
+    EXPECT_EQ(summary["limits"][0]["limit"], "tenant:bucket");
+    EXPECT_EQ(summary["limits"][0]["rejected"], 12);
+    auto csv = read_file(dir.path() + "/out/decisions.csv");
+    EXPECT_EQ(csv.rfind("t,tenant,verdict,limit,wait_s\n0.000000,seed,200,,0.000000\n", 0), 0u) << csv;
+    EXPECT_NE(csv.find("0.600000,seed,429,tenant:bucket,"), std::string::npos) << csv;
+    EXPECT_NE(csv.find("1.000000,seed,200,"), std::string::npos) << csv;
+    EXPECT_NE(csv.find("2.500000,,401,"), std::string::npos) << csv;
+}
+
+TEST(Simulate, ABadLineIsExitOneNamingItAndDisorderIsSorted) {
+    TempDir dir;
+    auto bad = simulate(
+        dir, "{\"t\": 0, \"key\": \"test\", \"cost\": 1}\n{\"t\": \"soon\", \"key\": \"test\", \"cost\": 1}\n");
+    EXPECT_EQ(bad.code, 1);
+    EXPECT_NE(bad.output.find("trace.jsonl:line 2: 't' must be a number from 0 to"), std::string::npos) << bad.output;
+    TempDir other;
+    auto sorted =
+        simulate(other, "{\"t\": 1, \"key\": \"test\", \"cost\": 1}\n{\"t\": 0, \"key\": \"test\", \"cost\": 1}\n");
+    EXPECT_EQ(sorted.code, 0) << sorted.output;
+    EXPECT_NE(sorted.output.find("1 lines were out of time order; replayed sorted by t"), std::string::npos)
+        << sorted.output;
+    EXPECT_EQ(read_file(other.path() + "/out/decisions.csv").substr(30, 9), "0.000000,") << "sorted by t";
+}
+
+}  // namespace
+}  // namespace tokengate::testing

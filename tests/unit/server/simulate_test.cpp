@@ -1,0 +1,104 @@
+#include "tokengate/server/simulate.hpp"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "tokengate/config/loader.hpp"
+
+namespace tokengate::server {
+namespace {
+
+std::shared_ptr<const config::GatewayConfig> seed_config(const std::string& mode) {
+    // Seed 000: a leaky bucket of 5 draining at 2/s.
+    return config::load_config_text(
+        "upstreams: [ { name: up, url: \"http://127.0.0.1:8000\" } ]\n"
+        "routes: [ { path: /v1/chat/completions, upstreams: [up] } ]\n"
+        "tenants:\n  - id: seed\n    keys: "
+        "[\"sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\"]\n"
+        "    limits: [ { name: bucket, algorithm: leaky_bucket, mode: " +
+            mode + ", capacity: 5, rate: 2/s } ]\n",
+        "seed.yaml");
+}
+
+/// 20 requests 0.1 s apart, with the key whose digest the config holds ("test").
+std::vector<TraceEntry> seed_trace() {
+    std::stringstream lines;
+    for (int i = 0; i < 20; ++i)
+        lines << R"({"t": )" << i / 10.0 << R"(, "key": "test", "cost": 1})"
+              << "\n";
+    std::size_t reordered = 0;
+    return read_trace(lines, reordered);
+}
+
+TEST(Simulate, SeedZeroPoliceAdmitsTheBurstThenTheRate) {
+    auto result = simulate(seed_config("police"), seed_trace());
+    std::vector<double> admitted;
+    for (const auto& d : result.decisions)
+        if (d.status == 200) admitted.push_back(d.t);
+    EXPECT_EQ(admitted, (std::vector<double>{0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 1.0, 1.5}));
+    ASSERT_EQ(result.limits.size(), 1u);
+    EXPECT_EQ(result.limits[0].limit, "tenant:bucket");
+    EXPECT_EQ(result.limits[0].admitted, 8u);
+    EXPECT_EQ(result.limits[0].rejected, 12u);
+    EXPECT_EQ(result.limits[0].queued, 0u);
+}
+
+TEST(Simulate, SeedZeroShapeReleasesExactlyTwoASecond) {
+    auto result = simulate(seed_config("shape"), seed_trace());
+    std::vector<double> starts;
+    for (const auto& d : result.decisions)
+        if (d.status == 200) starts.push_back(d.t + d.wait_s);
+    ASSERT_GE(starts.size(), 6u);
+    for (std::size_t i = 0; i < starts.size(); ++i) EXPECT_NEAR(starts[i], 0.5 * static_cast<double>(i), 1e-9) << i;
+    EXPECT_EQ(result.limits[0].queued, starts.size() - 1) << "all but the first waited their turn";
+    EXPECT_NEAR(result.limits[0].wait_p99_s, 2.5, 1e-9) << "max_wait defaults to capacity / rate";
+}
+
+TEST(Simulate, UnknownKeysAreCountedAs401) {
+    std::stringstream lines(
+        R"({"t": 0, "key": "nobody", "cost": 1})"
+        "\n"
+        R"({"t": 0.5, "key": "test", "body": {"model": "m", "messages": [{"role": "user", "content": "hi"}]}})"
+        "\n");
+    std::size_t reordered = 0;
+    auto result = simulate(seed_config("police"), read_trace(lines, reordered));
+    ASSERT_EQ(result.decisions.size(), 2u);
+    EXPECT_EQ(result.decisions[0].status, 401);
+    EXPECT_EQ(result.unauthorized, 1u);
+    EXPECT_EQ(result.decisions[1].status, 200) << "a body is priced as the gateway prices it";
+    EXPECT_EQ(result.decisions[1].tenant, "seed");
+}
+
+TEST(Simulate, ATraceOutOfOrderIsSortedAndABadLineIsNamed) {
+    std::stringstream lines(R"({"t": 2, "key": "a", "cost": 1})"
+                            "\n\n"
+                            R"({"t": 1, "key": "b", "cost": 1})"
+                            "\n");
+    std::size_t reordered = 0;
+    auto trace = read_trace(lines, reordered);
+    EXPECT_EQ(reordered, 1u);
+    ASSERT_EQ(trace.size(), 2u);
+    EXPECT_EQ(trace[0].key, "b");
+    EXPECT_EQ(trace[0].line, 3u);
+    auto error = [](const std::string& text) {
+        std::stringstream in(text);
+        std::size_t n = 0;
+        try {
+            read_trace(in, n);
+            return std::string("accepted");
+        } catch (const TraceError& e) {
+            return std::string(e.what());
+        }
+    };
+    EXPECT_EQ(error("{\"t\": 0, \"key\": \"a\", \"cost\": 1}\n{\"t\": 1, \"key\""), "line 2: not a JSON object");
+    EXPECT_EQ(error(R"({"t": -1, "key": "a", "cost": 1})"), "line 1: 't' must be a number from 0 to 315360000");
+    EXPECT_EQ(error(R"({"t": 1e400, "key": "a", "cost": 1})"), "line 1: not a JSON object");
+    EXPECT_EQ(error(R"({"t": 1, "key": "a"})"), "line 1: give either 'body' (the request) or 'cost'");
+    EXPECT_EQ(error(R"({"t": 1, "key": "a", "cost": 1, "colour": "red"})"), "line 1: unknown field 'colour'");
+    EXPECT_EQ(error(R"({"t": 1, "key": "a", "cost": 1, "usage": {"prompt_tokens": -3}})"),
+              "line 1: usage.prompt_tokens must be a whole number");
+}
+
+}  // namespace
+}  // namespace tokengate::server
