@@ -42,7 +42,7 @@ usage:
   tokengate hash-key KEY                 print the sha256: form of an API key for the config
   tokengate simulate -c gateway.yaml --trace FILE [--out DIR]
                                          replay a JSON-lines trace through the limits on a virtual
-                                         clock; writes DIR/summary.json and DIR/decisions.csv
+                                         clock; writes DIR/summary.json, decisions.csv, report.html
   tokengate mock-upstream --port N [--host H] [--tokens-per-s R] [--tls-cert F --tls-key F [--tls-client-ca F]]
                                          run an OpenAI-compatible fake backend
   tokengate --version
@@ -219,8 +219,8 @@ int simulate(const std::vector<std::string>& args) {
     std::size_t admitted = 0;
     for (const auto& d : result.decisions) admitted += d.status == 200;
     std::cout << result.decisions.size() << " requests: " << admitted << " admitted, "
-              << result.decisions.size() - admitted << " not; " << out << "/summary.json, " << out
-              << "/decisions.csv\n";
+              << result.decisions.size() - admitted << " not; " << out << "/summary.json, " << out << "/decisions.csv, "
+              << out << "/report.html\n";
     return 0;
 }
 }  // namespace

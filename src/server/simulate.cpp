@@ -104,10 +104,19 @@ struct Event {
     bool operator>(const Event& o) const { return at != o.at ? at > o.at : seq > o.seq; }
 };
 
+constexpr std::size_t k_bins = 600;
+
 struct Tally {
     int index = 0;  // into SimulationResult::limits
     std::uint64_t admitted = 0, rejected = 0, queued = 0;
     std::vector<double> waits;
+    double capacity = 0;
+    bool water = false;
+    std::uint64_t waiting = 0;  // a shaping queue: requests holding a ticket, not yet started
+    std::vector<double> level = std::vector<double>(k_bins, std::nan(""));
+    std::vector<std::uint32_t> arrivals = std::vector<std::uint32_t>(k_bins);
+    std::vector<std::uint32_t> started = std::vector<std::uint32_t>(k_bins);
+    std::vector<std::uint32_t> refused = std::vector<std::uint32_t>(k_bins);
 };
 
 std::string limit_name(const limiter::LimitStatus& s) {
@@ -119,6 +128,22 @@ double quantile(std::vector<double> v, double q) {
     std::sort(v.begin(), v.end());
     auto at = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1;
     return v[std::min(at, v.size() - 1)];
+}
+
+/// The longest a shaping queue may hold a request (its max_wait, else capacity / rate).
+double longest_queue_wait_s(const config::GatewayConfig& config) {
+    double longest = 0;
+    auto consider = [&](const std::vector<config::LimitSpec>& limits) {
+        for (const auto& l : limits)
+            if (limiter::is_shaping(l))
+                longest = std::max(longest,
+                                   l.max_wait > 0 ? static_cast<double>(l.max_wait) / 1e9 : l.capacity / l.rate_per_s);
+    };
+    for (const auto& t : config.tenants) consider(t.limits);
+    for (const auto& r : config.routes) consider(r.limits);
+    consider(config.ip_limits);
+    consider(config.global_limits);
+    return std::min(longest, k_max_duration);
 }
 
 /// The config without what simulating does not need and cannot assume is here: certificates.
@@ -139,6 +164,12 @@ public:
 
     SimulationResult run(const std::vector<TraceEntry>& trace) {
         result_.decisions.reserve(trace.size());
+        double end = trace.empty() ? 0 : std::max_element(trace.begin(), trace.end(), [](const auto& a, const auto& b) {
+                                             return a.t < b.t;
+                                         })->t;
+        // The charts also show what shaping queues release after the last arrival.
+        end += longest_queue_wait_s(*result_.config);
+        result_.bin_s = std::max(end, 1e-3) * 1.0001 / static_cast<double>(k_bins);
         for (const auto& e : trace) {
             auto at = k_s + static_cast<core::Nanos>(std::llround(e.t * 1e9));
             drain(at);
@@ -147,9 +178,10 @@ public:
         }
         drain(std::numeric_limits<core::Nanos>::max());
         for (const auto& name : order_) {
-            const auto& t = tally_[name];
-            result_.limits.push_back(
-                {name, t.admitted, t.rejected, t.queued, quantile(t.waits, 0.5), quantile(t.waits, 0.99)});
+            auto& t = tally_[name];
+            result_.limits.push_back({name, t.admitted, t.rejected, t.queued, quantile(t.waits, 0.5),
+                                      quantile(t.waits, 0.99), t.capacity, t.water, std::move(t.level),
+                                      std::move(t.arrivals), std::move(t.started), std::move(t.refused)});
         }
         return std::move(result_);
     }
@@ -166,9 +198,35 @@ private:
     /// Each tenant holds its own copy of its tier's limits: tallied by name, found by spec
     /// (the names are built once per spec, not once per request).
     Tally& tally(const limiter::LimitStatus& s) {
-        auto [it, fresh] = by_spec_.try_emplace({s.spec, s.level}, nullptr);
-        if (fresh) it->second = &tally(limit_name(s));
+        auto [it, fresh] = by_spec_.try_emplace(s.spec, nullptr);  // a spec belongs to one level
+        if (fresh) {
+            it->second = &tally(limit_name(s));
+            it->second->capacity = s.spec->capacity;
+            it->second->water = s.spec->algorithm == config::Algorithm::leaky_bucket;
+        }
         return *it->second;
+    }
+
+    std::size_t bin(core::Nanos at) const {
+        auto b = static_cast<double>(at - k_s) / 1e9 / result_.bin_s;
+        return std::min(k_bins - 1, static_cast<std::size_t>(std::max(0.0, b)));
+    }
+
+    /// Every limit the request met: its level now, an arrival, and the refusal if it refused.
+    void chart(const limiter::Decision& decision, core::Nanos at) {
+        auto b = bin(at);
+        for (std::size_t i = 0; i < decision.statuses.size(); ++i) {
+            const auto& s = decision.statuses[i];
+            auto& t = tally(s);
+            if (limiter::is_shaping(*s.spec)) {
+                t.waiting += s.ticket != 0;  // its water is the queue, which also drains between arrivals
+                t.level[b] = static_cast<double>(t.waiting);
+            } else {
+                t.level[b] = t.water ? s.spec->capacity - s.verdict.remaining : s.verdict.remaining;
+            }
+            ++t.arrivals[b];
+            if (static_cast<int>(i) == decision.rejected) ++t.refused[b];
+        }
     }
 
     /// The gateway's own lookup (a SHA-256 per key), remembered: a trace repeats its keys.
@@ -236,6 +294,7 @@ private:
             f.actual = given;
         }
         f.decision = store_.decide(f.charges);
+        chart(f.decision, at);
         if (!f.decision.allowed) {
             d.status = 429;
             if (f.decision.rejected >= 0) {
@@ -273,6 +332,7 @@ private:
                 auto& t = tally(f.decision.statuses[f.next_queue]);
                 result_.decisions[f.index].limit = t.index;
                 ++t.queued;
+                t.level[bin(now)] = static_cast<double>(--t.waiting);
                 t.waits.push_back(static_cast<double>(now - f.arrived) / 1e9);
                 continue;
             }
@@ -287,7 +347,11 @@ private:
         auto& f = in_flight_[id];
         result_.decisions[f.index].wait_s = static_cast<double>(now - f.arrived) / 1e9;
         for (std::size_t i = 0; i < f.charges.size(); ++i)
-            if (f.decision.statuses[i].charged) ++tally(f.decision.statuses[i]).admitted;
+            if (f.decision.statuses[i].charged) {
+                auto& t = tally(f.decision.statuses[i]);
+                ++t.admitted;
+                ++t.started[bin(now)];
+            }
         schedule(now + f.duration, true, id);
     }
 
@@ -309,10 +373,106 @@ private:
     std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
     std::uint64_t seq_ = 0;
     std::map<std::string, Tally> tally_;
-    std::map<std::pair<const config::LimitSpec*, config::Level>, Tally*> by_spec_;
+    std::unordered_map<const config::LimitSpec*, Tally*> by_spec_;
     std::vector<std::string> order_;
     SimulationResult result_;
 };
+
+/// For names from the config in HTML text and attributes.
+std::string html_escape(std::string_view text) {
+    std::string out;
+    for (char c : text) {
+        switch (c) {
+            case '&': out += "&amp;"; break;
+            case '<': out += "&lt;"; break;
+            case '>': out += "&gt;"; break;
+            case '"': out += "&quot;"; break;
+            default: out += c;
+        }
+    }
+    return out;
+}
+
+std::string number(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.4g", v);
+    return buf;
+}
+
+constexpr double k_width = 760, k_height = 220, k_pad = 44;
+
+/// An SVG frame: axes, the time span, the y range's top label, and `body`.
+std::string frame(const std::string& title, double span_s, double top, const std::string& body) {
+    std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + number(k_width) + "\" height=\"" +
+                      number(k_height) + "\" role=\"img\"><title>" + html_escape(title) + "</title>";
+    svg += "<line x1=\"" + number(k_pad) + "\" y1=\"" + number(k_height - k_pad) + "\" x2=\"" +
+           number(k_width - k_pad) + "\" y2=\"" + number(k_height - k_pad) + "\" stroke=\"#444\"/>";
+    svg += "<line x1=\"" + number(k_pad) + "\" y1=\"" + number(k_pad) + "\" x2=\"" + number(k_pad) + "\" y2=\"" +
+           number(k_height - k_pad) + "\" stroke=\"#444\"/>";
+    svg += "<text x=\"" + number(k_pad) + "\" y=\"" + number(k_height - k_pad + 16) + "\" font-size=\"11\">0 s</text>";
+    svg += "<text x=\"" + number(k_width - k_pad) + "\" y=\"" + number(k_height - k_pad + 16) +
+           "\" font-size=\"11\" text-anchor=\"end\">" + number(span_s) + " s</text>";
+    svg += "<text x=\"" + number(k_pad - 4) + "\" y=\"" + number(k_pad + 4) +
+           "\" font-size=\"11\" text-anchor=\"end\">" + number(top) + "</text>";
+    svg += "<text x=\"" + number(k_width / 2) + "\" y=\"16\" font-size=\"13\" text-anchor=\"middle\">" +
+           html_escape(title) + "</text>";
+    return svg + body + "</svg>";
+}
+
+double x_of(std::size_t bin, std::size_t bins) {
+    return k_pad + (static_cast<double>(bin) + 0.5) / static_cast<double>(bins) * (k_width - 2 * k_pad);
+}
+double y_of(double v, double top) {
+    double f = top > 0 ? std::clamp(v / top, 0.0, 1.0) : 0;
+    return k_height - k_pad - f * (k_height - 2 * k_pad);
+}
+
+std::string polyline(const std::vector<double>& values, double top, const char* colour) {
+    std::string points;
+    for (std::size_t b = 0; b < values.size(); ++b)
+        if (!std::isnan(values[b])) points += number(x_of(b, values.size())) + "," + number(y_of(values[b], top)) + " ";
+    return "<polyline fill=\"none\" stroke=\"" + std::string(colour) + "\" stroke-width=\"1.5\" points=\"" + points +
+           "\"/>";
+}
+
+/// Seed 000's first picture: the level against the capacity, refusals marked.
+std::string level_chart(const LimitSummary& l, double span_s) {
+    // A level only changes at decisions: carry it forward between them.
+    std::vector<double> level = l.level;
+    for (std::size_t b = 1; b < level.size(); ++b)
+        if (std::isnan(level[b])) level[b] = level[b - 1];
+    std::string body = "<line x1=\"" + number(k_pad) + "\" y1=\"" + number(y_of(l.capacity, l.capacity)) + "\" x2=\"" +
+                       number(k_width - k_pad) + "\" y2=\"" + number(y_of(l.capacity, l.capacity)) +
+                       "\" stroke=\"#c33\" stroke-dasharray=\"4 3\"/>";
+    body += polyline(level, l.capacity, "#1f6fb4");
+    for (std::size_t b = 0; b < l.refused.size(); ++b)
+        if (l.refused[b])
+            body += "<circle class=\"refused\" cx=\"" + number(x_of(b, l.refused.size())) + "\" cy=\"" +
+                    number(k_pad - 6) + "\" r=\"2.5\" fill=\"#c33\"/>";
+    return frame(l.limit + (l.water ? ": water in the bucket" : ": remaining") + " against its capacity " +
+                     number(l.capacity) + " (red: refused)",
+                 span_s, l.capacity, body);
+}
+
+/// Seed 000's second picture: the arrival rate against the rate that went through.
+std::string rate_chart(const LimitSummary& l, double bin_s, double span_s) {
+    // Rates over a trailing window of a second (or a fiftieth of a long span): one bin's
+    // single request would otherwise read as a spike.
+    auto window = std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(std::max(1.0, span_s / 50) / bin_s)));
+    double window_s = static_cast<double>(window) * bin_s;
+    std::vector<double> in(k_bins), out(k_bins);
+    double arrived = 0, through = 0, top = 0;
+    for (std::size_t b = 0; b < k_bins; ++b) {
+        arrived += l.arrivals[b];
+        through += l.started[b];
+        if (b >= window) arrived -= l.arrivals[b - window], through -= l.started[b - window];
+        in[b] = arrived / window_s;
+        out[b] = through / window_s;
+        top = std::max({top, in[b], out[b]});
+    }
+    return frame(l.limit + ": arrivals (grey) and admitted (blue) per second", span_s, top,
+                 polyline(in, top, "#999") + polyline(out, top, "#1f6fb4"));
+}
 
 }  // namespace
 
@@ -361,8 +521,26 @@ bool write_simulation(const SimulationResult& result, const std::string& out_dir
         std::snprintf(buf, sizeof buf, "%.6f", d.wait_s);
         csv << buf << "\n";
     }
-    if (!s || !csv) {
-        error = "cannot write summary.json or decisions.csv in " + out_dir;
+    auto span_s = result.bin_s * static_cast<double>(k_bins);
+    std::ofstream html(out_dir + "/report.html");
+    html << "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>tokengate simulate</title>"
+            "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 10px;text-align:right}</style>"
+            "</head><body><h1>tokengate simulate</h1><p>"
+         << result.decisions.size() << " requests: " << admitted << " admitted, " << refused << " refused (429), "
+         << result.unauthorized << " with an unknown key (401), " << result.invalid << " invalid.</p>"
+         << "<table><tr><th>limit</th><th>admitted</th><th>rejected</th><th>queued</th><th>wait p50</th><th>wait "
+            "p99</th></tr>";
+    for (const auto& l : result.limits)
+        html << "<tr><td>" << html_escape(l.limit) << "</td><td>" << l.admitted << "</td><td>" << l.rejected
+             << "</td><td>" << l.queued << "</td><td>" << number(l.wait_p50_s) << " s</td><td>" << number(l.wait_p99_s)
+             << " s</td></tr>";
+    html << "</table>";
+    for (const auto& l : result.limits)
+        html << "<h2>" << html_escape(l.limit) << "</h2>" << level_chart(l, span_s) << "<br>"
+             << rate_chart(l, result.bin_s, span_s);
+    html << "</body></html>\n";
+    if (!s || !csv || !html) {
+        error = "cannot write summary.json, decisions.csv or report.html in " + out_dir;
         return false;
     }
     return true;

@@ -52,6 +52,16 @@ TEST(Simulate, SeedZeroThroughTheBinaryWritesItsSummaryAndDecisions) {
     EXPECT_NE(csv.find("0.600000,seed,429,tenant:bucket,"), std::string::npos) << csv;
     EXPECT_NE(csv.find("1.000000,seed,200,"), std::string::npos) << csv;
     EXPECT_NE(csv.find("2.500000,,401,"), std::string::npos) << csv;
+    // The report: both of seed 000's pictures for the limit, its refusals marked.
+    auto html = read_file(dir.path() + "/out/report.html");
+    std::size_t svgs = 0, marks = 0;
+    for (auto at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1)) ++svgs;
+    for (auto at = html.find("class=\"refused\""); at != std::string::npos; at = html.find("class=\"refused\"", at + 1))
+        ++marks;
+    EXPECT_EQ(svgs, 2u);
+    EXPECT_GE(marks, 10u) << "12 refusals, a few sharing a time bin";
+    EXPECT_LE(marks, 12u);
+    EXPECT_NE(html.find("tenant:bucket: water in the bucket against its capacity 5"), std::string::npos);
 }
 
 TEST(Simulate, ABadLineIsExitOneNamingItAndDisorderIsSorted) {
@@ -67,6 +77,25 @@ TEST(Simulate, ABadLineIsExitOneNamingItAndDisorderIsSorted) {
     EXPECT_NE(sorted.output.find("1 lines were out of time order; replayed sorted by t"), std::string::npos)
         << sorted.output;
     EXPECT_EQ(read_file(other.path() + "/out/decisions.csv").substr(30, 9), "0.000000,") << "sorted by t";
+}
+
+TEST(Simulate, TheChartsInDocsAreWhatSeedZeroGivesToday) {
+    // docs/simulate holds seed 000's configs, trace and charts (shown in the README): a change
+    // to the decisions or the charts shows here until the committed SVGs are regenerated.
+    const std::string docs = std::string(TOKENGATE_SOURCE_DIR) + "/docs/simulate/";
+    for (std::string mode : {"police", "shape"}) {
+        TempDir dir;
+        auto command = std::string(gateway_binary()) + " simulate -c " + docs + "seed000-" + mode + ".yaml --trace " +
+                       docs + "seed000.jsonl --out " + dir.path() + " > /dev/null 2>&1";
+        ASSERT_EQ(std::system(command.c_str()), 0) << mode;
+        auto html = read_file(dir.path() + "/report.html");
+        std::vector<std::string> svgs;
+        for (auto at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1))
+            svgs.push_back(html.substr(at, html.find("</svg>", at) + 6 - at));
+        ASSERT_EQ(svgs.size(), 2u) << mode;
+        EXPECT_EQ(svgs[0] + "\n", read_file(docs + "seed000-" + mode + "-level.svg")) << mode;
+        EXPECT_EQ(svgs[1] + "\n", read_file(docs + "seed000-" + mode + "-rate.svg")) << mode;
+    }
 }
 
 }  // namespace

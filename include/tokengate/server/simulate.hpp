@@ -53,6 +53,13 @@ struct LimitSummary {
     std::string limit;  // "level:name"
     std::uint64_t admitted = 0, rejected = 0, queued = 0;
     double wait_p50_s = 0, wait_p99_s = 0;
+    // For the report's charts, per time bin (SimulationResult::bin_s wide): the limit's level
+    // at its last decision in the bin (NaN: none), arrivals, starts (admitted, or released
+    // by a shaping queue) and refusals.
+    double capacity = 0;
+    bool water = false;  // a leaky bucket: the level is its water (capacity - remaining)
+    std::vector<double> level;
+    std::vector<std::uint32_t> arrivals, started, refused;
 };
 
 struct SimulationResult {
@@ -60,11 +67,13 @@ struct SimulationResult {
     std::vector<SimulatedDecision> decisions;             // in arrival order
     std::vector<LimitSummary> limits;                     // in the order they were first met
     std::uint64_t unauthorized = 0, invalid = 0;
+    double bin_s = 1;  // the charts' time bins
 };
 
 SimulationResult simulate(std::shared_ptr<const config::GatewayConfig> config, const std::vector<TraceEntry>& trace);
 
-/// summary.json and decisions.csv into `out_dir`; false with `error` when a file cannot be written.
+/// summary.json, decisions.csv and report.html (one SVG chart pair per limit, as seed 000
+/// draws them) into `out_dir`; false with `error` when a file cannot be written.
 bool write_simulation(const SimulationResult& result, const std::string& out_dir, std::string& error);
 
 }  // namespace tokengate::server

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <numeric>
 #include <sstream>
 
 #include "tokengate/config/loader.hpp"
@@ -42,6 +44,17 @@ TEST(Simulate, SeedZeroPoliceAdmitsTheBurstThenTheRate) {
     EXPECT_EQ(result.limits[0].admitted, 8u);
     EXPECT_EQ(result.limits[0].rejected, 12u);
     EXPECT_EQ(result.limits[0].queued, 0u);
+    // The report's series: every arrival, start and refusal in some bin; the water reaches 5.
+    const auto& l = result.limits[0];
+    EXPECT_TRUE(l.water);
+    EXPECT_EQ(l.capacity, 5);
+    EXPECT_EQ(std::accumulate(l.arrivals.begin(), l.arrivals.end(), 0u), 20u);
+    EXPECT_EQ(std::accumulate(l.started.begin(), l.started.end(), 0u), 8u);
+    EXPECT_EQ(std::accumulate(l.refused.begin(), l.refused.end(), 0u), 12u);
+    double highest = 0;
+    for (double v : l.level)
+        if (!std::isnan(v)) highest = std::max(highest, v);
+    EXPECT_NEAR(highest, 5, 1e-9);
 }
 
 TEST(Simulate, SeedZeroShapeReleasesExactlyTwoASecond) {
@@ -53,6 +66,14 @@ TEST(Simulate, SeedZeroShapeReleasesExactlyTwoASecond) {
     for (std::size_t i = 0; i < starts.size(); ++i) EXPECT_NEAR(starts[i], 0.5 * static_cast<double>(i), 1e-9) << i;
     EXPECT_EQ(result.limits[0].queued, starts.size() - 1) << "all but the first waited their turn";
     EXPECT_NEAR(result.limits[0].wait_p99_s, 2.5, 1e-9) << "max_wait defaults to capacity / rate";
+    // The chart spans the queue's drain after the last arrival, and the queue empties.
+    const auto& l = result.limits[0];
+    EXPECT_GE(result.bin_s * static_cast<double>(l.level.size()), 1.9 + 2.5);
+    EXPECT_EQ(std::accumulate(l.started.begin(), l.started.end(), 0u), starts.size());
+    double last = -1;
+    for (double v : l.level)
+        if (!std::isnan(v)) last = v;
+    EXPECT_EQ(last, 0) << "every queued request started";
 }
 
 TEST(Simulate, UnknownKeysAreCountedAs401) {
