@@ -516,8 +516,9 @@ TEST(Tls, CheckNamesTheFileOfAnExpiredMismatchedOrMissingCertificate) {
     EXPECT_NE(out.find("exit=0"), std::string::npos) << out;
 
     out = check(pair("expired.pem", "first.key"));
+    // Signed a day after faketime's start, whose clock runs: a loaded machine adds a second or so.
     EXPECT_NE(out.find("gateway.yaml:2:16: the certificate in " + certs.path("expired.pem") +
-                       " expired on 2020-01-02 00:00:00 UTC"),
+                       " expired on 2020-01-02 00:00:0"),
               std::string::npos)
         << out;
     EXPECT_NE(out.find("exit=1"), std::string::npos) << out;
