@@ -200,15 +200,18 @@ int simulate(const std::vector<std::string>& args) {
         return 1;
     }
     std::vector<server::TraceEntry> trace;
-    std::size_t reordered = 0;
+    server::TraceStats stats;
     try {
-        trace = server::read_trace(in, reordered);
+        trace = server::read_trace(in, stats);
     } catch (const server::TraceError& e) {
         std::cerr << *trace_path << ":" << e.what() << "\n";
         return 1;
     }
-    if (reordered)
-        std::cerr << *trace_path << ": " << reordered << " lines were out of time order; replayed sorted by t\n";
+    if (stats.access_log)
+        std::cerr << *trace_path << ": tokengate's access log, " << trace.size() << " requests (" << stats.skipped
+                  << " other lines skipped), replayed from its first; keys are known by key_id, else tenant\n";
+    if (stats.reordered)
+        std::cerr << *trace_path << ": " << stats.reordered << " lines were out of time order; replayed sorted by t\n";
     auto result = server::simulate(cfg, trace);
     auto out = option_value(args, {"--out"}).value_or("simulation");
     std::string error;

@@ -238,6 +238,7 @@ private:
         auto& admitted = std::get<pipeline::Admitted>(admission);
         rec.model = admitted.summary.model;
         rec.route = cfg.routes[admitted.route].path;
+        rec.cost = admitted.reserved.cost;
 
         auto limited = co_await pipeline::limit(*services_.store, admitted, cfg.cost, rec.tenant, services_.metrics,
                                                 services_.clock);

@@ -15,6 +15,7 @@
 
 #include "pipeline/admit.hpp"
 #include "tokengate/classify/classify.hpp"
+#include "tokengate/core/sha256.hpp"
 #include "tokengate/cost/output_history.hpp"
 #include "tokengate/proxy/target.hpp"
 #include "tokengate/server/runtime.hpp"
@@ -37,6 +38,7 @@ constexpr std::size_t k_max_remembered_keys = 100'000;
 }
 
 double seconds(const json& j, const char* key, std::size_t line, double max) {
+    if (!j.contains(key)) bad(line, std::string("missing '") + key + "'");
     const auto& v = j[key];
     if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0 || v.get<double>() > max)
         bad(line, std::string("'") + key + "' must be a number from 0 to " + std::to_string(std::llround(max)));
@@ -44,13 +46,42 @@ double seconds(const json& j, const char* key, std::size_t line, double max) {
 }
 
 std::string text(const json& j, const char* key, std::size_t line) {
-    if (!j[key].is_string()) bad(line, std::string("'") + key + "' must be a string");
+    if (!j.contains(key) || !j[key].is_string()) bad(line, std::string("'") + key + "' must be a string");
     return j[key].get<std::string>();
 }
 
-TraceEntry entry(const std::string& raw, std::size_t line) {
-    auto j = json::parse(raw, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) bad(line, "not a JSON object");
+std::uint64_t whole(const json& j, const char* key, std::size_t line) {
+    if (!j.contains(key)) return 0;
+    if (!j[key].is_number_unsigned()) bad(line, std::string("'") + key + "' must be a whole number");
+    return j[key].get<std::uint64_t>();
+}
+
+/// An access-log line (record.cpp writes them). Its fields are read by name, others ignored:
+/// the log may gain fields. `t` is still the Unix time here; read_trace makes it relative.
+TraceEntry access_entry(const json& j, std::size_t line) {
+    TraceEntry e;
+    e.line = line;
+    e.t = seconds(j, "ts", line, 1e11);
+    e.key_id = text(j, "key_id", line);
+    e.tenant = text(j, "tenant", line);
+    if (j.contains("path")) e.path = text(j, "path", line);
+    if (j.contains("client_ip")) e.client_ip = text(j, "client_ip", line);
+    auto status = whole(j, "status", line);
+    // No route: the gateway answered before pricing (no key, a bad body, no such route).
+    if (!j.contains("route") || text(j, "route", line).empty())
+        e.refused_at_admission = static_cast<int>(std::clamp<std::uint64_t>(status, 400, 599));
+    // "cost" is the admission's price, refused or not; older logs have only what was reserved.
+    e.cost = seconds(j, j.contains("cost") ? "cost" : "cost_reserved", line, 1e15);
+    e.prompt_tokens = whole(j, "prompt_tokens", line);
+    e.completion_tokens = whole(j, "completion_tokens", line);
+    if (j.contains("duration_ms") && !j["duration_ms"].is_null())
+        e.duration_s = seconds(j, "duration_ms", line, k_max_duration * 1e3) / 1e3;
+    return e;
+}
+
+bool is_access_line(const json& j) { return j.contains("ts") && j.contains("request_id"); }
+
+TraceEntry entry(const json& j, std::size_t line) {
     for (const auto& [k, v] : j.items())
         if (k != "t" && k != "key" && k != "path" && k != "client_ip" && k != "body" && k != "cost" && k != "usage" &&
             k != "duration_s")
@@ -237,6 +268,24 @@ private:
         return who;
     }
 
+    /// An access-log line's sender: its key, if this config has it, else its tenant by name
+    /// (a proposed config may have rotated the keys).
+    std::optional<auth::Principal> logged_principal(const TraceEntry& e) {
+        if (tenant_by_key_id_.empty() && tenant_by_name_.empty()) {
+            const auto& tenants = result_.config->tenants;
+            for (std::size_t t = 0; t < tenants.size(); ++t) {
+                tenant_by_name_.emplace(tenants[t].id, t);
+                for (const auto& digest : tenants[t].key_digests)
+                    tenant_by_key_id_.emplace(core::to_hex(reinterpret_cast<const std::uint8_t*>(digest.data()), 6), t);
+            }
+        }
+        if (auto it = tenant_by_key_id_.find(e.key_id); !e.key_id.empty() && it != tenant_by_key_id_.end())
+            return auth::Principal{it->second, e.key_id};
+        if (auto it = tenant_by_name_.find(e.tenant); !e.tenant.empty() && it != tenant_by_name_.end())
+            return auth::Principal{it->second, e.key_id};
+        return std::nullopt;
+    }
+
     void schedule(core::Nanos at, bool settle, std::size_t request) { events_.push({at, seq_++, settle, request}); }
 
     void drain(core::Nanos until) {
@@ -253,7 +302,14 @@ private:
         SimulatedDecision d;
         d.t = e.t;
         auto& cfg = *runtime_.config;
-        std::optional<auth::Principal> who = authenticate(e.key);
+        std::optional<auth::Principal> who = e.key.empty() ? logged_principal(e) : authenticate(e.key);
+        if (e.refused_at_admission && e.refused_at_admission != 401 && who) {
+            d.status = e.refused_at_admission;
+            d.tenant = result_.config->tenants[who->tenant].id;
+            ++result_.invalid;
+            result_.decisions.push_back(d);
+            return;
+        }
         if (!who) {
             d.status = 401;
             ++result_.unauthorized;
@@ -370,6 +426,7 @@ private:
     std::vector<InFlight> in_flight_;
     std::vector<std::size_t> free_;
     std::unordered_map<std::string, std::optional<auth::Principal>> principals_;
+    std::unordered_map<std::string, std::size_t> tenant_by_key_id_, tenant_by_name_;
     std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
     std::uint64_t seq_ = 0;
     std::map<std::string, Tally> tally_;
@@ -476,16 +533,40 @@ std::string rate_chart(const LimitSummary& l, double bin_s, double span_s) {
 
 }  // namespace
 
-std::vector<TraceEntry> read_trace(std::istream& in, std::size_t& reordered) {
+std::vector<TraceEntry> read_trace(std::istream& in, TraceStats& stats) {
     std::vector<TraceEntry> out;
     std::string line;
-    reordered = 0;
+    stats = {};
+    std::optional<bool> access_log;  // decided by the first JSON line
+    std::size_t first_other = 0;     // the first line that is not JSON, met before that
     for (std::size_t n = 1; std::getline(in, line); ++n) {
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        out.push_back(entry(line, n));
-        if (out.size() > 1 && out.back().t < out[out.size() - 2].t) ++reordered;
+        auto first = line.find_first_not_of(" \t\r");
+        if (first == std::string::npos) continue;
+        // The gateway's own messages (and check's warnings, on stderr) share a log with its
+        // access lines when log.access is stdout: skipped there, a bad line in a trace.
+        if (line[first] != '{' && access_log.value_or(true)) {
+            if (!access_log && !first_other) first_other = n;
+            ++stats.skipped;
+            continue;
+        }
+        auto j = json::parse(line, nullptr, false);
+        if (j.is_discarded() || !j.is_object()) bad(n, "not a JSON object");
+        bool log_line = is_access_line(j);
+        if (!log_line && first_other) bad(first_other, "not a JSON object");
+        if (access_log && *access_log != log_line)
+            bad(n, log_line ? "an access-log line in a trace" : "a trace line in an access log");
+        access_log = log_line;
+        out.push_back(log_line ? access_entry(j, n) : entry(j, n));
+        if (out.size() > 1 && out.back().t < out[out.size() - 2].t) ++stats.reordered;
     }
-    if (reordered)
+    if (!access_log.value_or(false) && first_other) bad(first_other, "not a JSON object");
+    stats.access_log = access_log.value_or(false);
+    if (access_log.value_or(false) && !out.empty()) {  // Unix times: from the first request
+        double start =
+            std::min_element(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.t < b.t; })->t;
+        for (auto& e : out) e.t -= start;
+    }
+    if (stats.reordered)
         std::stable_sort(out.begin(), out.end(), [](const TraceEntry& a, const TraceEntry& b) { return a.t < b.t; });
     return out;
 }

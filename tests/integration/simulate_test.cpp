@@ -98,5 +98,49 @@ TEST(Simulate, TheChartsInDocsAreWhatSeedZeroGivesToday) {
     }
 }
 
+std::string limited_config(int capacity, const std::string& key) {
+    return "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
+           "tenants:\n  - id: acme\n    keys: [\"" +
+           key + "\"]\n    limits: [ { name: requests, algorithm: token_bucket, capacity: " + std::to_string(capacity) +
+           ", rate: 0.001/s } ]\n";
+}
+
+TEST(Simulate, LastHoursAccessLogReplaysAgainstAProposedConfig) {
+    // A live gateway writes its access log to stdout (the default), among its own messages.
+    GatewayUnderTest gw(limited_config(4, "k1"));
+    auto chat = [&](const std::string& key, const std::string& path = "/v1/chat/completions") {
+        return gw.request({"POST", path, {{"Authorization", "Bearer " + key}}, chat_body("llama3-8b", "hi", 20, false)})
+            .status;
+    };
+    std::vector<int> live;
+    for (int i = 0; i < 6; ++i) live.push_back(chat("k1"));
+    EXPECT_EQ(live, (std::vector<int>{200, 200, 200, 200, 429, 429}));
+    EXPECT_EQ(chat("stolen"), 401);
+    EXPECT_EQ(chat("k1", "/v1/nope"), 404);
+    gw.metrics_after(8);
+    ASSERT_TRUE(gw.log_contains("\"status\":404"));
+
+    auto replay = [&](const std::string& config, const std::string& out) {
+        std::ofstream(gw.dir() + "/proposed.yaml")
+            << "upstreams: [ { name: mock, url: \"http://127.0.0.1:8000\" } ]\n" + config;
+        auto command = std::string(gateway_binary()) + " simulate -c " + gw.dir() + "/proposed.yaml --trace " +
+                       gw.dir() + "/gateway.log --out " + gw.dir() + "/" + out + " 2>&1";
+        auto said = capture(command);
+        EXPECT_NE(said.find("tokengate's access log, 8 requests"), std::string::npos) << said;
+        return nlohmann::json::parse(read_file(gw.dir() + "/" + out + "/summary.json"));
+    };
+    // The same config gives the live verdicts back; the 401 and the 404 are kept as they were.
+    auto same = replay(limited_config(4, "k1"), "same");
+    EXPECT_EQ(same["admitted"], 4);
+    EXPECT_EQ(same["rejected"], 2);
+    EXPECT_EQ(same["unauthorized"], 1);
+    EXPECT_EQ(same["invalid"], 1);
+    // A tighter proposal with the keys rotated: acme is found by name, and refused sooner.
+    auto tighter = replay(limited_config(2, "k9"), "tighter");
+    EXPECT_EQ(tighter["admitted"], 2);
+    EXPECT_EQ(tighter["rejected"], 4);
+    EXPECT_EQ(tighter["limits"][0]["limit"], "tenant:requests");
+}
+
 }  // namespace
 }  // namespace tokengate::testing

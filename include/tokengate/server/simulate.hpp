@@ -17,10 +17,13 @@
 namespace tokengate::server {
 
 /// One request of a trace: JSON lines {"t", "key", "path", "client_ip", "body" | "cost",
-/// "usage": {"prompt_tokens", "completion_tokens"}, "duration_s"}.
+/// "usage": {"prompt_tokens", "completion_tokens"}, "duration_s"}, or tokengate's own access
+/// log (a line with "ts" and "request_id"), whose requests are known by key_id and tenant.
 struct TraceEntry {
     double t = 0;  // seconds from the trace's start
     std::string key;
+    std::string key_id, tenant;    // an access-log line: who sent it (the key itself is never logged)
+    int refused_at_admission = 0;  // an access-log line the gateway answered before pricing (401, 400, ...)
     std::string path = "/v1/chat/completions";
     std::string client_ip = "127.0.0.1";
     std::string body;            // the request body as JSON text; empty when `cost` is given
@@ -36,9 +39,14 @@ public:
     using std::runtime_error::runtime_error;
 };
 
-/// Reads every line; a trace out of time order is sorted (stable), and `reordered` says how
-/// many lines came earlier than the one before them.
-std::vector<TraceEntry> read_trace(std::istream& in, std::size_t& reordered);
+struct TraceStats {
+    bool access_log = false;    // the lines were tokengate's access log
+    std::size_t reordered = 0;  // lines earlier than the one before them (the trace is sorted, stably)
+    std::size_t skipped = 0;    // an access log's other lines: the gateway's messages, on stdout with it
+};
+
+/// Reads every line; a trace out of time order is sorted (stable).
+std::vector<TraceEntry> read_trace(std::istream& in, TraceStats& stats);
 
 /// What became of one request.
 struct SimulatedDecision {

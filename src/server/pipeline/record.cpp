@@ -40,6 +40,7 @@ void record(const RequestRecord& r, Worker& worker) {
         .string("upstream", r.upstream)
         .integer("status", r.status)
         .string("rejected_by", r.rejected_limit.empty() ? std::string() : r.rejected_level + ":" + r.rejected_limit)
+        .number("cost", r.cost)
         .number("cost_reserved", r.cost_reserved)
         .number("cost_settled", r.cost_settled)
         .integer("prompt_tokens", r.prompt_tokens)

@@ -28,7 +28,8 @@ struct RequestRecord {
     std::string rejected_level;
     std::string rejected_limit;
     unsigned status = 0;
-    double cost_reserved = 0;
+    double cost = 0;           // the admission's price, refused or not (simulate replays it)
+    double cost_reserved = 0;  // what the limits were charged: 0 when refused
     double cost_settled = 0;
     std::uint64_t prompt_tokens = 0;
     std::uint64_t completion_tokens = 0;

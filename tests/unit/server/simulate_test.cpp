@@ -29,7 +29,7 @@ std::vector<TraceEntry> seed_trace() {
     for (int i = 0; i < 20; ++i)
         lines << R"({"t": )" << i / 10.0 << R"(, "key": "test", "cost": 1})"
               << "\n";
-    std::size_t reordered = 0;
+    TraceStats reordered;
     return read_trace(lines, reordered);
 }
 
@@ -82,7 +82,7 @@ TEST(Simulate, UnknownKeysAreCountedAs401) {
         "\n"
         R"({"t": 0.5, "key": "test", "body": {"model": "m", "messages": [{"role": "user", "content": "hi"}]}})"
         "\n");
-    std::size_t reordered = 0;
+    TraceStats reordered;
     auto result = simulate(seed_config("police"), read_trace(lines, reordered));
     ASSERT_EQ(result.decisions.size(), 2u);
     EXPECT_EQ(result.decisions[0].status, 401);
@@ -96,15 +96,15 @@ TEST(Simulate, ATraceOutOfOrderIsSortedAndABadLineIsNamed) {
                             "\n\n"
                             R"({"t": 1, "key": "b", "cost": 1})"
                             "\n");
-    std::size_t reordered = 0;
+    TraceStats reordered;
     auto trace = read_trace(lines, reordered);
-    EXPECT_EQ(reordered, 1u);
+    EXPECT_EQ(reordered.reordered, 1u);
     ASSERT_EQ(trace.size(), 2u);
     EXPECT_EQ(trace[0].key, "b");
     EXPECT_EQ(trace[0].line, 3u);
     auto error = [](const std::string& text) {
         std::stringstream in(text);
-        std::size_t n = 0;
+        TraceStats n;
         try {
             read_trace(in, n);
             return std::string("accepted");
@@ -113,12 +113,65 @@ TEST(Simulate, ATraceOutOfOrderIsSortedAndABadLineIsNamed) {
         }
     };
     EXPECT_EQ(error("{\"t\": 0, \"key\": \"a\", \"cost\": 1}\n{\"t\": 1, \"key\""), "line 2: not a JSON object");
+    EXPECT_EQ(error("not json\n{\"t\": 0, \"key\": \"a\", \"cost\": 1}\n"), "line 1: not a JSON object")
+        << "skipped only in an access log";
     EXPECT_EQ(error(R"({"t": -1, "key": "a", "cost": 1})"), "line 1: 't' must be a number from 0 to 315360000");
     EXPECT_EQ(error(R"({"t": 1e400, "key": "a", "cost": 1})"), "line 1: not a JSON object");
     EXPECT_EQ(error(R"({"t": 1, "key": "a"})"), "line 1: give either 'body' (the request) or 'cost'");
     EXPECT_EQ(error(R"({"t": 1, "key": "a", "cost": 1, "colour": "red"})"), "line 1: unknown field 'colour'");
     EXPECT_EQ(error(R"({"t": 1, "key": "a", "cost": 1, "usage": {"prompt_tokens": -3}})"),
               "line 1: usage.prompt_tokens must be a whole number");
+}
+
+TEST(Simulate, AnAccessLogIsATraceFromItsFirstRequest) {
+    // Two of record.cpp's lines (one refused before pricing: no route) around a message line.
+    std::stringstream lines(
+        R"({"ts":1796172117.5,"request_id":"b","client_ip":"10.0.0.2","method":"POST","path":"/v1/chat/completions",)"
+        R"("tenant":"seed","key_id":"9f86d081884c","model":"m","route":"/v1/chat/completions","upstream":"up",)"
+        R"("status":429,"rejected_by":"tenant:bucket","cost":3.0,"cost_reserved":0.0,"cost_settled":0.0,)"
+        R"("prompt_tokens":0,"completion_tokens":0,"ttfb_ms":null,"duration_ms":0.1})"
+        "\n[2026-12-02 00:41:55.827] [tokengate] [info] tokengate listening on 127.0.0.1:8080\n"
+        R"({"ts":1796172117.25,"request_id":"a","client_ip":"10.0.0.1","method":"POST","path":"/v1/nope",)"
+        R"("tenant":"seed","key_id":"9f86d081884c","model":"","route":"","upstream":"","status":404,"rejected_by":"","cost":0.0,)"
+        R"("cost_reserved":0.0,"cost_settled":0.0,"prompt_tokens":0,"completion_tokens":0,"ttfb_ms":null,"duration_ms":0.1})"
+        "\n");
+    TraceStats stats;
+    auto trace = read_trace(lines, stats);
+    EXPECT_TRUE(stats.access_log);
+    EXPECT_EQ(stats.skipped, 1u);
+    EXPECT_EQ(stats.reordered, 1u);
+    ASSERT_EQ(trace.size(), 2u);
+    EXPECT_DOUBLE_EQ(trace[0].t, 0);
+    EXPECT_DOUBLE_EQ(trace[1].t, 0.25);
+    EXPECT_EQ(trace[0].refused_at_admission, 404);
+    EXPECT_EQ(trace[1].refused_at_admission, 0);
+    EXPECT_EQ(trace[1].key_id, "9f86d081884c");
+    EXPECT_EQ(trace[1].client_ip, "10.0.0.2");
+    EXPECT_EQ(trace[1].cost, 3.0) << "the price, though the request was refused";
+    EXPECT_DOUBLE_EQ(trace[1].duration_s, 1e-4);
+
+    // Replayed: the key is found by its id; the line refused before pricing is replayed as it was.
+    auto result = simulate(seed_config("police"), trace);
+    ASSERT_EQ(result.decisions.size(), 2u);
+    EXPECT_EQ(result.decisions[0].status, 404) << "the gateway found no route: nothing to decide";
+    EXPECT_EQ(result.decisions[1].status, 200);
+    EXPECT_EQ(result.decisions[1].tenant, "seed");
+    EXPECT_EQ(result.invalid, 1u);
+
+    std::stringstream mixed(R"({"ts":1,"request_id":"a","tenant":"seed","key_id":"","status":200,"cost":1})"
+                            "\n"
+                            R"({"t": 1, "key": "a", "cost": 1})"
+                            "\n");
+    EXPECT_THROW(
+        {
+            try {
+                read_trace(mixed, stats);
+            } catch (const TraceError& e) {
+                EXPECT_STREQ(e.what(), "line 2: a trace line in an access log");
+                throw;
+            }
+        },
+        TraceError);
 }
 
 }  // namespace
