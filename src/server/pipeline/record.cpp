@@ -25,6 +25,8 @@ void count(const RequestRecord& r, GatewayMetrics& m) {
 void record(const RequestRecord& r, Worker& worker) {
     auto& services = worker.services;
     count(r, services.metrics);
+    services.activity.request(r.tenant, services.clock.unix_now(), !r.rejected_limit.empty(), r.prompt_tokens,
+                              r.completion_tokens);
     if (!services.access_log) return;
     auto now = services.clock.now();
     core::JsonObjectWriter w(worker.next_access_line());

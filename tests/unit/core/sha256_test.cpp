@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "tokengate/core/base64.hpp"
 #include "tokengate/core/cidr.hpp"
 #include "tokengate/core/sha256.hpp"
 
@@ -44,6 +45,15 @@ TEST(Cidr, MatchesV4AndV6) {
     EXPECT_FALSE(v6->contains(*parse_ip("fe80::1")));
     EXPECT_FALSE(Cidr::parse("10.0.0.0/33"));
     EXPECT_FALSE(Cidr::parse("not-an-ip"));
+}
+
+TEST(Base64, DecodesWhatBasicAuthCarries) {
+    EXPECT_EQ(base64_decode("YWRtaW46c2VjcmV0"), "admin:secret");
+    EXPECT_EQ(base64_decode("YQ=="), "a");
+    EXPECT_EQ(base64_decode("YWI="), "ab");
+    EXPECT_EQ(base64_decode(""), "");
+    EXPECT_EQ(base64_decode("YQ"), std::nullopt) << "not whole quanta";
+    EXPECT_EQ(base64_decode("Y!!="), std::nullopt);
 }
 
 }  // namespace
