@@ -25,6 +25,12 @@ if ((${#missing[@]})); then
     [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
     "${sudo_cmd[@]}" apt-get update -q
     DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+    # Debian starts the prometheus service it installs, on :9090, the example's admin port. It
+    # is here for the tests, which run their own: stop the one installed just now.
+    if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
+        echo "stopping and disabling the prometheus service just installed (the tests start their own)"
+        "${sudo_cmd[@]}" systemctl disable --now prometheus || true
+    fi
 fi
 
 case "$flavor" in

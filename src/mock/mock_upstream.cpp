@@ -303,6 +303,10 @@ private:
             res.body() =
                 "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running " + std::to_string(stats_.running) +
                 "\n# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 0\n"
+                // A toy KV cache: room for 64 sequences (vLLM's own name since v0.10).
+                "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc " +
+                std::to_string(std::min(1.0, static_cast<double>(stats_.running) / 64.0)) +
+                "\n"
                 "# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total " +
                 std::to_string(stats_.prompt_tokens) +
                 "\n# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total " +
