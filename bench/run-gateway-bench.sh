@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tokengate vs nginx, in one run, on this machine. Prints one table with ratios to nginx.
 #   bench/run-gateway-bench.sh [seconds per run, default 8]
-#   BENCH_SCENARIOS="json 429 sse tls tls-new" and BENCH_WORKERS="1 2" (the defaults) pick the rows;
+#   BENCH_SCENARIOS="json 429 sse tls tls-new" and BENCH_WORKERS="1 2" (the defaults) pick the rows
+#   ("ui" adds the json rows again with the status page open in Chromium, against none);
 #   TOKENGATE_BENCH_BIN=<binary> measures another build (a before/after, run alternately);
 #   BENCH_COST="output_estimate: learned" adds keys to tokengate's cost section.
 # Upstreams: nginx serving a fixed chat completion (JSON) and tokengate's mock (SSE).
@@ -81,13 +82,14 @@ CONF
   nginx -c "$work/$name/nginx.conf" -g 'daemon off;' & pids+=($!); echo "$p $!"
 }
 
-start_tokengate() {  # name workers tenant_capacity target tls
-  local name=$1 workers=$2 capacity=$3 target=$4 tls=$5 p ssl=""; p=$(port)
+start_tokengate() {  # name workers tenant_capacity target tls [admin port]
+  local name=$1 workers=$2 capacity=$3 target=$4 tls=$5 admin=${6:-} p ssl=""; p=$(port)
   [ "$tls" = 1 ] && ssl=", tls: { cert: $work/tls.pem, key: $work/tls.key }"
   mkdir -p "$work/$name"
   {
     echo "server: { listen: 127.0.0.1:$p, threads: $workers, max_connections: 100000$ssl }"
-    echo "admin: { enabled: false }"
+    if [ -n "$admin" ]; then echo "admin: { listen: 127.0.0.1:$admin, token_env: TG_BENCH_ADMIN_TOKEN }"
+    else echo "admin: { enabled: false }"; fi
     echo "upstreams: [ { name: backend, url: \"http://127.0.0.1:$target\", max_connections: 256 } ]"
     echo "routes:"
     echo "  - path: /v1/chat/completions"
@@ -124,6 +126,19 @@ measure() {  # port conns stream pids... -> req/s p50 p99 non-2xx user-us/req sy
   python3 -c "n=max($n,1); print($rps, $p50, $p99, $bad, f'{($u1-$u0)*$tick_us/n:.1f}', f'{($k1-$k0)*$tick_us/n:.1f}')"
 }
 
+# The status page in a real Chromium (tests/ui/status_page.mjs), polling every second.
+export TG_BENCH_ADMIN_TOKEN=bench-admin-token
+open_ui() {  # admin_port gateway_port hold_ms
+  local npm_dir=$PWD/build/release/playwright
+  [ -d "$npm_dir/node_modules/playwright-core" ] ||
+    (mkdir -p "$npm_dir" && cd "$npm_dir" && npm install --no-audit --no-fund --silent playwright-core@1.65.1 > /dev/null)
+  cat > "$work/ui-$1.json" <<JSON
+{"admin": "http://127.0.0.1:$1", "gateway": "http://127.0.0.1:$2", "token": "$TG_BENCH_ADMIN_TOKEN",
+ "key": "bench-key-1", "tenant": "t1", "requests": 0, "hold_ms": $3, "chromium": "/usr/bin/chromium"}
+JSON
+  node tests/ui/status_page.mjs "$npm_dir/node_modules/playwright-core" "$work/ui-$1.json"
+}
+
 row='%-15s %3s %5s %10s %9s %9s %8s %9s %9s %8s %8s\n'
 printf "$row" config workers conns "req/s" "p50 ms" "p99 ms" non-2xx "x nginx" "p99 x" "user us" "sys us"
 for workers in ${BENCH_WORKERS:-1 2}; do
@@ -133,8 +148,9 @@ for workers in ${BENCH_WORKERS:-1 2}; do
     [ "$scenario" = 429 ] && { ng_rate="1r/s"; tg_cap=2; }
     [ "${scenario#tls}" != "$scenario" ] && { tls=1; scheme=https; }
     [ "$scenario" = tls-new ] && close=1
+    admin_port=""; [ "$scenario" = ui ] && admin_port=$(port)
     read -r ng_port ng_pid < <(start_nginx "nginx-$scenario-$workers" "$workers" "$ng_rate" "$target" "$tls")
-    read -r tg_port tg_pid < <(start_tokengate "tg-$scenario-$workers" "$workers" "$tg_cap" "$target" "$tls")
+    read -r tg_port tg_pid < <(start_tokengate "tg-$scenario-$workers" "$workers" "$tg_cap" "$target" "$tls" "$admin_port")
     wait_port "$ng_port"; wait_port "$tg_port"
     for _ in $(seq 40); do  # nginx's workers are forked just after it listens
       mapfile -t ng_workers < <(pgrep -P "$ng_pid"); [ "${#ng_workers[@]}" -ge "$workers" ] && break; sleep 0.05
@@ -150,7 +166,21 @@ for workers in ${BENCH_WORKERS:-1 2}; do
       read -r t_rps t_p50 t_p99 t_bad t_user t_sys < <(measure "$tg_port" "$conns" "$stream" "$tg_pid")
       ratio=$(python3 -c "print(f'{$t_rps/max($n_rps,1):.2f}')"); p99r=$(python3 -c "print(f'{$t_p99/max($n_p99,0.001):.2f}')")
       printf "$row" "nginx-$scenario" "$workers" "$conns" "$n_rps" "$n_p50" "$n_p99" "$n_bad" "1.00" "1.00" "$n_user" "$n_sys"
-      printf "$row" "tokengate-$scenario" "$workers" "$conns" "$t_rps" "$t_p50" "$t_p99" "$t_bad" "$ratio" "$p99r" "$t_user" "$t_sys"
+      if [ "$scenario" = ui ]; then  # the same gateway again, now with the status page open
+        printf "$row" "tokengate-no-ui" "$workers" "$conns" "$t_rps" "$t_p50" "$t_p99" "$t_bad" "$ratio" "$p99r" "$t_user" "$t_sys"
+        open_ui "$admin_port" "$tg_port" "$((secs * 1000 + 4000))" > "$work/ui-$workers-$conns.json" &
+        ui_pid=$!; sleep 3  # Chromium started, the page loaded and polling
+        read -r u_rps u_p50 u_p99 u_bad u_user u_sys < <(measure "$tg_port" "$conns" "$stream" "$tg_pid")
+        wait "$ui_pid" || echo "the status page failed: $(cat "$work/ui-$workers-$conns.json")" >&2
+        ratio=$(python3 -c "print(f'{$u_rps/max($n_rps,1):.2f}')"); p99r=$(python3 -c "print(f'{$u_p99/max($n_p99,0.001):.2f}')")
+        printf "$row" "tokengate-ui" "$workers" "$conns" "$u_rps" "$u_p50" "$u_p99" "$u_bad" "$ratio" "$p99r" "$u_user" "$u_sys"
+        polls=$(python3 -c "import json; print(json.load(open('$work/ui-$workers-$conns.json'))['checks']['polls'])")
+        echo "$workers worker(s), $conns conns: /ui open ($polls polls of /admin/status) $(python3 -c \
+          "print(f'{$u_rps/max($t_rps,1):.3f}')")x the req/s with none, p99 $(python3 -c "print(f'{$u_p99/max($t_p99,0.001):.2f}')")x" \
+          >> "$work/ui-ratios.txt"
+      else
+        printf "$row" "tokengate-$scenario" "$workers" "$conns" "$t_rps" "$t_p50" "$t_p99" "$t_bad" "$ratio" "$p99r" "$t_user" "$t_sys"
+      fi
     done
     if [ "$scenario" = sse ]; then  # time to first byte, one stream at a time, after the load
       python3 bench/ttfb.py --upstream "$mock_port" --proxy "nginx=$ng_port" --proxy "tokengate=$tg_port" \
@@ -159,6 +189,7 @@ for workers in ${BENCH_WORKERS:-1 2}; do
     kill "$ng_pid" "$tg_pid" 2>/dev/null || true; sleep 0.3
   done
 done
+if [ -f "$work/ui-ratios.txt" ]; then echo; echo "The status page's cost to the data plane:"; cat "$work/ui-ratios.txt"; fi
 if [ -f "$work/ciphers.txt" ]; then echo; echo "TLS as negotiated (openssl s_client):"; sort -u "$work/ciphers.txt"; fi
 for workers in ${BENCH_WORKERS:-1 2}; do
   [ -f "$work/ttfb-$workers.txt" ] || continue

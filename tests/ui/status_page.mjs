@@ -2,8 +2,8 @@
 // show the tenants and their limits, update its numbers after traffic without a reload, and
 // log no console error. Prints one JSON line of what it saw; exits 1 on a failed check.
 //   node status_page.mjs <playwright-core dir> <config.json>
-// config: { admin, gateway, token, key, tenant, tenants: [...], limits: [...], screenshot,
-//           requests, chromium }
+// config: { admin, gateway, token, key, tenant, requests, screenshot, chromium, settle_ms }, or
+//         with hold_ms: keep the page open that long (the benchmark's "one /ui open") and exit.
 import { createRequire } from "node:module";
 import { readFileSync } from "node:fs";
 
@@ -51,6 +51,16 @@ try {
       titles.map((t) => t.textContent).filter((t) => t.startsWith(tenant + ": ") && !t.includes(": 0 tokens")).length,
     cfg.tenant).catch(() => 0);
   seen.checks.before = { figures: await figure(), heat_cells: await heat() };
+  if (cfg.hold_ms) {
+    // The benchmark's mode: the page stays open, polling, while load runs elsewhere.
+    let polls = 0;
+    page.on("response", (r) => r.url().includes("/admin/status") && ++polls);
+    await page.waitForTimeout(cfg.hold_ms);
+    seen.checks.polls = polls;
+    await context.close();
+    console.log(JSON.stringify(seen));
+    process.exit(seen.errors.length ? 1 : 0);
+  }
 
   // Traffic from a real client, over the gateway's socket.
   seen.checks.answers = {};

@@ -58,10 +58,10 @@ function sparkline(spark) {
   const tokens = spark.prompt.map((p, i) => p + spark.completion[i]);
   const top = Math.max(1, ...tokens);
   const step = w / Math.max(1, tokens.length - 1);
-  const points = tokens.map((t, i) => `${(i * step).toFixed(1)},${(h - 4 - (t / top) * (h - 8)).toFixed(1)}`);
+  const points = tokens.map((t, i) => `${(i * step).toFixed(1)},${(h - 8 - (t / top) * (h - 10)).toFixed(1)}`);
   box.append(svg("polyline", { points: points.join(" "), fill: "none", stroke: "#7dd3fc", "stroke-width": 1.5 }));
   spark.rejections.forEach((r, i) => {
-    if (r > 0) box.append(svg("rect", { x: i * step - 1, y: h - 3, width: 2, height: 3, fill: "#f87171" }));
+    if (r > 0) box.append(svg("rect", { x: i * step - 1.5, y: h - 6, width: 3, height: 6, fill: "#f87171" }));
   });
   const title = svg("title");
   title.textContent = `peak ${fmt(top / spark.bin_s)} tok/s; ${spark.rejections.reduce((a, b) => a + b, 0)} rejected`;
@@ -95,7 +95,8 @@ function tenants(data) {
   document.getElementById("next").disabled = last >= data.total;
 }
 
-// Tenants × minutes, the colour on a log scale so a super-consumer stands out without hiding the rest.
+// Tenants × minutes, the colour on a square-root scale: a super-consumer stands out, and a
+// light user still shows.
 function heatmap(data, now) {
   const rows = data.rows;
   const box = document.getElementById("heatmap");
@@ -112,7 +113,7 @@ function heatmap(data, now) {
     text.textContent = r.tenant.length > 18 ? r.tenant.slice(0, 17) + "…" : r.tenant;
     map.append(text);
     r.tokens.forEach((tokens, x) => {
-      const level = tokens > 0 ? Math.log1p(tokens) / Math.log1p(top) : 0;
+      const level = tokens > 0 ? Math.sqrt(tokens / top) : 0;
       const rect = svg("rect", {
         x: label + x * (cell + gap), y: y * (cell + gap), width: cell, height: cell, rx: 2,
         fill: tokens > 0 ? `hsl(${38 - 38 * level}, 95%, ${22 + 40 * level}%)` : "#1e293b",
