@@ -134,7 +134,7 @@ open_ui() {  # admin_port gateway_port hold_ms
     (mkdir -p "$npm_dir" && cd "$npm_dir" && npm install --no-audit --no-fund --silent playwright-core@1.65.1 > /dev/null)
   cat > "$work/ui-$1.json" <<JSON
 {"admin": "http://127.0.0.1:$1", "gateway": "http://127.0.0.1:$2", "token": "$TG_BENCH_ADMIN_TOKEN",
- "key": "bench-key-1", "tenant": "t1", "requests": 0, "hold_ms": $3, "chromium": "/usr/bin/chromium"}
+ "key": "bench-key-1", "requests": 0, "hold_ms": $3, "chromium": "/usr/bin/chromium"}
 JSON
   node tests/ui/status_page.mjs "$npm_dir/node_modules/playwright-core" "$work/ui-$1.json"
 }

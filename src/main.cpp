@@ -43,7 +43,7 @@ usage:
   tokengate simulate -c gateway.yaml --trace FILE [--out DIR]
                                          replay a JSON-lines trace through the limits on a virtual
                                          clock; writes DIR/summary.json, decisions.csv, report.html
-  tokengate mock-upstream --port N [--host H] [--tokens-per-s R] [--tls-cert F --tls-key F [--tls-client-ca F]]
+  tokengate mock-upstream --port N [--host H] [--tokens-per-s R] [--max-seqs N] [--tls-cert F --tls-key F [--tls-client-ca F]]
                                          run an OpenAI-compatible fake backend
   tokengate --version
 )";
@@ -173,6 +173,7 @@ int mock_upstream(const std::vector<std::string>& args) {
         if (auto v = option_value(args, {"--tls-cert"})) options.tls_cert = *v;
         if (auto v = option_value(args, {"--tls-key"})) options.tls_key = *v;
         if (auto v = option_value(args, {"--tls-client-ca"})) options.tls_client_ca = *v;
+        if (auto v = option_value(args, {"--max-seqs"})) options.max_seqs = std::stoull(*v);
     } catch (const std::exception&) {
         std::cerr << "mock-upstream: invalid option value\n" << k_usage;
         return 2;

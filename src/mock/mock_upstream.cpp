@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <deque>
 
 #include "tokengate/cost/cost.hpp"
 #include "tokengate/proxy/timed_stream.hpp"
@@ -41,6 +42,8 @@ constexpr const char* k_words[] = {"The", " quick", " brown", " fox", " jumps", 
 
 struct Stats {
     std::int64_t running = 0;
+    // --max-seqs: requests waiting for a place in the batch, each woken by cancelling its timer.
+    std::deque<net::steady_timer*> waiting;
     std::uint64_t requests = 0;
     std::uint64_t cancelled = 0;
     std::uint64_t prompt_tokens = 0;
@@ -302,10 +305,12 @@ private:
             res.set(http::field::content_type, "text/plain; version=0.0.4");
             res.body() =
                 "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running " + std::to_string(stats_.running) +
-                "\n# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 0\n"
-                // A toy KV cache: room for 64 sequences (vLLM's own name since v0.10).
-                "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc " +
-                std::to_string(std::min(1.0, static_cast<double>(stats_.running) / 64.0)) +
+                "\n# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting " +
+                std::to_string(stats_.waiting.size()) +
+                // The KV cache as the batch's share of its room (vLLM's own name since v0.10).
+                "\n# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc " +
+                std::to_string(std::min(1.0, static_cast<double>(stats_.running) /
+                                                 static_cast<double>(options_.max_seqs ? options_.max_seqs : 64))) +
                 "\n"
                 "# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total " +
                 std::to_string(stats_.prompt_tokens) +
@@ -338,11 +343,18 @@ private:
         auto plan = plan_completion(req, path, stats_.requests);
         if (!plan.error.empty()) co_return co_await send_error(http::status::bad_request, plan.error, keep);
 
-        ++stats_.running;
+        if (!co_await take_a_place()) co_return false;
         stats_.prompt_tokens += plan.prompt_tokens;
         struct Running {
             Stats& stats;
-            ~Running() { --stats.running; }
+            ~Running() {  // the place passes to the first in line, else is freed
+                if (stats.waiting.empty()) {
+                    --stats.running;
+                    return;
+                }
+                stats.waiting.front()->cancel();
+                stats.waiting.pop_front();
+            }
         } running{stats_};
         auto abandon = [&] {
             ++stats_.cancelled;
@@ -385,6 +397,24 @@ private:
         }
         auto [lec, ln] = co_await net::async_write(stream_, http::make_chunk_last(), k_use);
         co_return !lec;
+    }
+
+    /// A place in the batch (counted in `running`). --max-seqs: a full batch queues the request,
+    /// first come first served; a finishing request hands its place over, so nobody overtakes
+    /// and the batch never passes N (the mock runs one thread: no lock). False if the wait failed.
+    net::awaitable<bool> take_a_place() {
+        if (!options_.max_seqs || static_cast<std::uint64_t>(stats_.running) < options_.max_seqs) {
+            ++stats_.running;
+            co_return true;
+        }
+        net::steady_timer turn(stream_.get_executor(), net::steady_timer::time_point::max());
+        stats_.waiting.push_back(&turn);
+        auto [ec] = co_await turn.async_wait(k_use);
+        if (ec != net::error::operation_aborted) {  // not woken by a finishing request
+            std::erase(stats_.waiting, &turn);
+            co_return false;
+        }
+        co_return true;
     }
 
     proxy::TimedStream stream_;

@@ -12,10 +12,14 @@ struct MockOptions {
     std::string tls_cert;       // both set: the mock speaks HTTPS (an https upstream for the tests)
     std::string tls_key;
     std::string tls_client_ca;  // set: every client must present a certificate this CA signed
+    /// A GPU's batch: at most this many requests generate at once, the rest wait in FIFO order
+    /// (vLLM's max_num_seqs); 0 = no limit.
+    std::uint64_t max_seqs = 0;
 };
 
 /// An OpenAI-compatible fake inference server: /v1/chat/completions, /v1/completions (JSON and
-/// SSE, `usage` filled in), /v1/models, /health and vLLM-style /metrics. Per request,
+/// SSE, `usage` filled in), /v1/models, /health and vLLM-style /metrics (waiting, running and
+/// KV cache = running / max_seqs). Per request,
 /// `x-mock-completion-tokens`, `x-mock-delay-ms` and `x-mock-status` override its behaviour.
 /// Blocks until SIGINT/SIGTERM; returns the exit code.
 int run_mock_upstream(const MockOptions& options);
