@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "tokengate/metrics/activity.hpp"
 
 namespace tokengate::metrics {
