@@ -32,6 +32,15 @@ const char* to_string(Unit unit) {
     return "requests";
 }
 
+const char* to_string(LoadSignal signal) {
+    switch (signal) {
+        case LoadSignal::queue: return "queue";
+        case LoadSignal::kv_cache: return "kv_cache";
+        case LoadSignal::ttft: return "ttft";
+    }
+    return "queue";
+}
+
 bool glob_match(std::string_view pattern, std::string_view text) {
     std::size_t p = 0, t = 0, star = std::string_view::npos, mark = 0;
     while (t < text.size()) {

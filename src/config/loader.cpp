@@ -161,6 +161,7 @@ struct Loader {
     GatewayConfig config;
     double min_cost_factor = 1.0;
     const date::time_zone* zone = core::find_time_zone("UTC");
+    const RouteConfig* parsing_route = nullptr;  // while a route's own limits are read
 
     void load(const YAML::Node& root) {
         if (!root.IsDefined() || root.IsNull()) r.fail(root, "the configuration is empty");
@@ -353,7 +354,8 @@ struct Loader {
         r.expect_sequence(n, "upstreams");
         if (n.size() == 0) r.fail(n, "upstreams must list at least one upstream");
         for (const auto& u : n) {
-            r.expect_map(u, "upstream", {"name", "url", "api_key_env", "max_connections", "timeouts", "eject", "tls"});
+            r.expect_map(u, "upstream",
+                         {"name", "url", "api_key_env", "max_connections", "timeouts", "eject", "tls", "metrics"});
             UpstreamConfig up;
             if (!u["name"]) r.fail(u, "upstream is missing 'name'");
             up.name = r.string_of(u["name"], "upstream name");
@@ -387,8 +389,31 @@ struct Loader {
                         r.whole(e["consecutive_failures"], "eject.consecutive_failures", 1, 1000000));
                 if (e["for"]) up.eject_for = r.duration(e["for"], "eject.for");
             }
+            if (u["metrics"]) up.metrics = upstream_metrics(u["metrics"]);
             config.upstreams.push_back(std::move(up));
         }
+    }
+
+    UpstreamMetrics upstream_metrics(const YAML::Node& n) {
+        UpstreamMetrics m;  // `metrics: {}` takes every default
+        r.expect_map(n, "metrics", {"path", "interval", "timeout"});
+        if (n["path"]) {
+            m.path = r.string_of(n["path"], "metrics.path");
+            if (m.path.empty() || m.path.front() != '/' || m.path.size() > 1024 ||
+                m.path.find_first_of(" \r\n\t") != std::string::npos)
+                r.fail(n["path"], "metrics.path must be an absolute path such as /metrics");
+        }
+        auto bounded = [&](const char* key, core::Nanos& out) {
+            if (!n[key]) return;
+            out = r.duration(n[key], std::string("metrics.") + key);
+            if (out < core::k_nanos_per_second / 10 || out > 3600 * core::k_nanos_per_second)
+                r.fail(n[key], std::string("metrics.") + key + " must be between 100ms and 1h");
+        };
+        bounded("interval", m.interval);
+        m.timeout = std::min(m.interval, core::k_nanos_per_second);  // a scrape never overlaps the next
+        bounded("timeout", m.timeout);
+        if (m.timeout > m.interval) r.fail(n["timeout"], "metrics.timeout must not exceed metrics.interval");
+        return m;
     }
 
     void parse_url(const YAML::Node& node, UpstreamConfig& up) {
@@ -562,7 +587,7 @@ struct Loader {
     LimitSpec limit(const YAML::Node& n) {
         r.expect_map(n, "limit",
                      {"name", "algorithm", "capacity", "rate", "unit", "initial", "mode", "max_wait", "max", "enforce",
-                      "fair", "models", "period", "limit"});
+                      "fair", "models", "period", "limit", "adaptive"});
         LimitSpec l;
         if (!n["name"]) r.fail(n, "limit is missing 'name'");
         l.name = r.string_of(n["name"], "limit name");
@@ -581,7 +606,46 @@ struct Loader {
         if (l.algorithm == Algorithm::concurrency) concurrency_fields(n, l);
         else if (l.algorithm == Algorithm::quota) quota_fields(n, l);
         else rate_fields(n, l);
+        if (n["adaptive"]) {
+            if (l.algorithm != Algorithm::token_bucket && l.algorithm != Algorithm::leaky_bucket)
+                r.fail(n["adaptive"],
+                       "limit '" + l.name + "': adaptive applies to token_bucket and leaky_bucket limits");
+            l.adaptive = adaptive(n["adaptive"], l);
+        }
         return l;
+    }
+
+    AdaptiveRate adaptive(const YAML::Node& n, const LimitSpec& l) {
+        r.expect_map(n, "adaptive", {"signal", "target", "min_rate"});
+        AdaptiveRate a;
+        if (!n["signal"] || !n["target"]) r.fail(n, "adaptive needs 'signal' (queue, kv_cache or ttft) and 'target'");
+        auto signal = r.string_of(n["signal"], "adaptive.signal");
+        if (signal == "queue") a.signal = LoadSignal::queue;
+        else if (signal == "kv_cache") a.signal = LoadSignal::kv_cache;
+        else if (signal == "ttft") a.signal = LoadSignal::ttft;
+        else r.fail(n["signal"], "adaptive.signal must be queue, kv_cache or ttft, got '" + signal + "'");
+        a.target = a.signal == LoadSignal::ttft ? static_cast<double>(r.duration(n["target"], "adaptive.target")) / 1e9
+                                                : r.positive(n["target"], "adaptive.target");
+        if (!(a.target > 0) || (a.signal == LoadSignal::kv_cache && a.target > 1) || a.target > 1e9)
+            r.fail(n["target"], a.signal == LoadSignal::kv_cache ? "adaptive.target for kv_cache is a share, 0 to 1"
+                                                                 : "adaptive.target must be above 0");
+        a.min_rate_per_s = n["min_rate"] ? r.rate(n["min_rate"], "adaptive.min_rate") : l.rate_per_s / 10;
+        if (!(a.min_rate_per_s >= k_min_rate) || a.min_rate_per_s > l.rate_per_s)
+            r.fail(n["min_rate"] ? n["min_rate"] : n,
+                   "adaptive.min_rate must be positive and at most the limit's rate");
+        // Adapting follows the model servers the limit sends to: one of them must be scraped.
+        bool scraped = false;
+        auto consider = [&](const RouteConfig& route) {
+            for (const auto& u : route.upstreams) scraped = scraped || config.upstreams[u.upstream].metrics;
+        };
+        if (parsing_route) consider(*parsing_route);
+        else
+            for (const auto& route : config.routes) consider(route);
+        if (!scraped)
+            r.fail(n, "limit '" + l.name +
+                          "' is adaptive, but no upstream of the routes it applies to has 'metrics' to follow");
+        a.rate_per_s = std::make_shared<std::atomic<double>>(l.rate_per_s);
+        return a;
     }
 
     Unit unit(const YAML::Node& n, bool quota) {
@@ -741,7 +805,7 @@ struct Loader {
         r.expect_sequence(n, "routes");
         if (n.size() == 0) r.fail(n, "routes must list at least one route");
         for (const auto& item : n) {
-            r.expect_map(item, "route", {"path", "path_prefix", "upstreams", "models", "limits"});
+            r.expect_map(item, "route", {"path", "path_prefix", "upstreams", "models", "limits", "balance"});
             RouteConfig route;
             if (item["path"] && item["path_prefix"])
                 r.fail(item["path_prefix"], "a route takes either 'path' or 'path_prefix', not both");
@@ -773,7 +837,15 @@ struct Loader {
                 route.upstreams.push_back(wu);
             }
             if (item["models"]) route.models = r.strings(item["models"], "models");
+            if (item["balance"]) {
+                auto b = r.string_of(item["balance"], "balance");
+                if (b == "weighted") route.balance = Balance::weighted;
+                else if (b == "least_loaded") route.balance = Balance::least_loaded;
+                else r.fail(item["balance"], "balance must be weighted or least_loaded, got '" + b + "'");
+            }
+            parsing_route = &route;
             if (item["limits"]) route.limits = limits(item["limits"], "route limits");
+            parsing_route = nullptr;
             config.routes.push_back(std::move(route));
         }
     }

@@ -34,7 +34,7 @@ bool is_quota(const LimitStatus& s) { return s.spec->algorithm == Algorithm::quo
 /// The policy window in seconds: a bucket's time to fill, a quota's calendar window.
 std::int64_t window_seconds(const LimitStatus& s) {
     if (is_quota(s)) return ceil_seconds(s.window.end - s.window.start);
-    return core::saturate_to_int64(std::ceil(s.spec->capacity / s.spec->rate_per_s),
+    return core::saturate_to_int64(std::ceil(s.spec->capacity / s.spec->current_rate()),
                                    core::k_forever / k_nanos_per_second);
 }
 

@@ -117,8 +117,9 @@ Activity::Latency Activity::first_byte_latency(std::string_view upstream) const 
         return static_cast<double>(v[i]);
     };
     double p50 = at(0.5);
+    double p90 = at(0.9);
     double p99 = at(0.99);
-    return {v.size(), p50, p99};
+    return {v.size(), p50, p90, p99};
 }
 
 }  // namespace tokengate::metrics

@@ -309,7 +309,7 @@ ScriptCall decide_call(std::string_view sha, std::string_view prefix, std::span<
         char kind = kind_of(spec);
         a.emplace_back(1, kind);
         a.push_back(number_text(spec.capacity));
-        a.push_back(number_text(spec.rate_per_s));
+        a.push_back(number_text(spec.current_rate()));
         a.push_back(number_text(c.amount));
         a.emplace_back(spec.enforce ? "1" : "0");
         if (kind == 's') {
@@ -353,7 +353,7 @@ ScriptCall settle_call(std::string_view sha, std::string_view prefix, std::span<
         char kind = kind_of(*c->spec);
         a.emplace_back(1, kind);
         a.push_back(number_text(c->spec->capacity));
-        a.push_back(number_text(c->spec->rate_per_s));
+        a.push_back(number_text(c->spec->current_rate()));
         // A lease is named by the amount it took, exactly as decide_call wrote it.
         a.push_back(number_text(kind == 'c' ? c->amount : actual.in(c->spec->unit) - c->amount));
     }

@@ -73,6 +73,7 @@ json limit_json(const limiter::LimitStatus& s) {
             {"unit", config::to_string(s.spec->unit)},
             {"capacity", s.spec->capacity},
             {"rate_per_s", s.spec->rate_per_s},
+            {"current_rate_per_s", s.spec->current_rate()},  // where an adaptive limit has moved it
             {"remaining", s.verdict.remaining},
             {"reset_s", reset},
             {"enforce", s.spec->enforce}};

@@ -112,6 +112,10 @@ std::vector<config::Charge> global_charges(const config::GatewayConfig& config) 
     return out;
 }
 
+json signal(std::optional<double> value, const proxy::UpstreamLoad& load) {
+    return load.live() && value ? json(*value) : json(nullptr);
+}
+
 json upstreams_json(Services& services, const Runtime& rt) {
     json out = json::array();
     auto now = services.clock.now();
@@ -122,9 +126,11 @@ json upstreams_json(Services& services, const Runtime& rt) {
                        {"url", upstreams[i].url},
                        {"healthy", rt.health[i]->available(now)},
                        {"in_flight", services.metrics.inflight.value({upstreams[i].name})},
-                       // The model server's own queue and KV cache, once its metrics are scraped.
-                       {"queue", nullptr},
-                       {"kv_cache", nullptr},
+                       // The model server's own queue and KV cache, while its metrics are read.
+                       {"metrics_live", rt.load[i]->live()},
+                       {"queue", signal(rt.load[i]->signals().queue, *rt.load[i])},
+                       {"running", signal(rt.load[i]->signals().running, *rt.load[i])},
+                       {"kv_cache", signal(rt.load[i]->signals().kv_cache, *rt.load[i])},
                        {"ttfb_samples", latency.samples},
                        {"ttfb_p50_ms", latency.p50_s * 1e3},
                        {"ttfb_p99_ms", latency.p99_s * 1e3}});

@@ -8,15 +8,18 @@ Runtime::Runtime(std::shared_ptr<const config::GatewayConfig> cfg, const Runtime
     : config(std::move(cfg)), keys(*config) {
     for (const auto& up : config->upstreams) {
         std::shared_ptr<proxy::UpstreamHealth> kept;
+        std::shared_ptr<proxy::UpstreamLoad> kept_load;
         std::shared_ptr<tls::ClientContext> kept_tls;
         if (previous)
             for (std::size_t i = 0; i < previous->config->upstreams.size(); ++i) {
                 const auto& was = previous->config->upstreams[i];
                 if (was.name != up.name) continue;
                 kept = previous->health[i];
+                kept_load = previous->load[i];
                 if (was.url == up.url && was.tls == up.tls) kept_tls = previous->upstream_tls[i];
             }
         health.push_back(kept ? kept : std::make_shared<proxy::UpstreamHealth>());
+        load.push_back(kept_load ? kept_load : std::make_shared<proxy::UpstreamLoad>());
         if (up.https && !kept_tls) kept_tls = std::make_shared<tls::ClientContext>(up.tls, config->source_path);
         upstream_tls.push_back(up.https ? kept_tls : nullptr);
     }

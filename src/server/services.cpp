@@ -62,7 +62,18 @@ GatewayMetrics::GatewayMetrics(metrics::Registry& r)
       tls_certificate_not_after(r.gauge("tokengate_tls_certificate_not_after_seconds",
                                         "When the listener's certificate expires (Unix time); alert on it minus "
                                         "time().",
-                                        {})) {
+                                        {})),
+      upstream_metrics_up(r.gauge("tokengate_upstream_metrics_up",
+                                  "1 when the upstream's last /metrics scrape read its load signals, else 0.",
+                                  {"upstream"})),
+      upstream_queue(
+          r.gauge("tokengate_upstream_queue", "Requests waiting in the upstream, from its /metrics.", {"upstream"})),
+      upstream_running(r.gauge("tokengate_upstream_running", "Requests the upstream is generating, from its /metrics.",
+                               {"upstream"})),
+      upstream_kv_cache(r.gauge("tokengate_upstream_kv_cache_ratio",
+                                "The upstream's KV-cache use (0-1), from its /metrics.", {"upstream"})),
+      adaptive_rate(r.gauge("tokengate_adaptive_rate",
+                            "An adaptive limit's refill rate now (per second), as the load moved it.", {"limit"})) {
     // The model label is the client's string: per tenant, the first 64 models get series of
     // their own, later ones share "_other".
     tokens.limit_values_per(0, 1, 64);

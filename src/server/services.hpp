@@ -57,6 +57,11 @@ struct GatewayMetrics {
     metrics::Family& tls_handshake_failures;
     metrics::Family& upstream_tls_handshakes;
     metrics::Family& tls_certificate_not_after;
+    metrics::Family& upstream_metrics_up;
+    metrics::Family& upstream_queue;
+    metrics::Family& upstream_running;
+    metrics::Family& upstream_kv_cache;
+    metrics::Family& adaptive_rate;
 };
 
 /// Shared by every worker thread.

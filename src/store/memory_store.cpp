@@ -32,10 +32,14 @@ std::size_t MemoryStore::shard_of(const std::string& key) const { return std::ha
 
 const config::LimitSpec& MemoryStore::effective(const config::LimitSpec& spec, config::LimitSpec& share) const {
     auto divisor = divisor_.load(std::memory_order_relaxed);
-    if (divisor == 0) return spec;
+    // An adaptive limit's rate is wherever the controller has moved it (its level is kept).
+    double rate = spec.current_rate();
+    if (divisor == 0 && rate == spec.rate_per_s) return spec;
     share = spec;
+    share.rate_per_s = rate;
+    if (divisor == 0) return share;
     share.capacity = spec.capacity / divisor;
-    share.rate_per_s = spec.rate_per_s / divisor;
+    share.rate_per_s = rate / divisor;
     share.initial = 1.0;
     return share;
 }

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <csignal>
+#include <iostream>
 #include <thread>
 
 #include "harness.hpp"
@@ -59,6 +61,111 @@ TEST(GpuMock, AtMostMaxSeqsGenerateAndTheRestWaitInOrder) {
     EXPECT_LE(most_running, 2) << "a finishing request hands its place over: never more than N";
     EXPECT_EQ(series(page, "vllm:num_requests_waiting"), 0);
     EXPECT_EQ(series(page, "vllm:kv_cache_usage_perc"), 0);
+}
+
+/// A labelled series in a Prometheus text page, e.g. `tokengate_adaptive_rate{limit="gpu"}`.
+double labelled(const std::string& page, const std::string& series_and_labels) {
+    auto at = page.find("\n" + series_and_labels + " ");
+    if (at == std::string::npos) return std::nan("");
+    return std::stod(page.substr(at + series_and_labels.size() + 2));
+}
+
+std::string gateway_metrics(const GatewayUnderTest& gw) {
+    return send_request(gw.admin_port(), {"GET", "/metrics", {}, ""}).body;
+}
+
+TEST(AdaptiveRate, AQueueLowersTheRateAndFailingScrapesPutItBack) {
+    // The mock as a GPU of 2 sequences; the gateway reads its /metrics every 200 ms.
+    GatewayUnderTest gw(
+        "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
+        "tenants:\n  - { id: acme, keys: [\"k1\"] }\n"
+        "global_limits:\n"
+        "  - { name: gpu, algorithm: token_bucket, capacity: 1000, rate: 100/s,\n"
+        "      adaptive: { signal: queue, target: 1, min_rate: 5/s } }\n",
+        "", 20, "    metrics: { interval: 200ms }\n", {}, {}, {"--max-seqs", "2"});
+    std::vector<std::thread> flood;
+    for (int i = 0; i < 8; ++i)  // 3 s each at 20 tokens/s: two generate, six wait
+        flood.emplace_back([&] {
+            gw.request({"POST",
+                        "/v1/chat/completions",
+                        {{"Authorization", "Bearer k1"}, {"x-mock-completion-tokens", "60"}},
+                        chat_body("m", "hi", 60, false)});
+        });
+    std::string page;
+    for (int i = 0; i < 100; ++i) {
+        page = gateway_metrics(gw);
+        if (labelled(page, "tokengate_adaptive_rate{limit=\"gpu\"}") < 50) break;
+        std::this_thread::sleep_for(50ms);
+    }
+    EXPECT_EQ(labelled(page, "tokengate_upstream_metrics_up{upstream=\"mock\"}"), 1) << page;
+    EXPECT_GE(labelled(page, "tokengate_upstream_queue{upstream=\"mock\"}"), 1) << page;
+    EXPECT_EQ(labelled(page, "tokengate_upstream_running{upstream=\"mock\"}"), 2) << page;
+    EXPECT_EQ(labelled(page, "tokengate_upstream_kv_cache_ratio{upstream=\"mock\"}"), 1) << page;
+    double lowered = labelled(page, "tokengate_adaptive_rate{limit=\"gpu\"}");
+    EXPECT_LT(lowered, 50) << "× 0.7 per interval while the queue is past its target: " << page;
+    EXPECT_GE(lowered, 5) << "never under min_rate";
+    EXPECT_TRUE(gw.log_contains("adaptive limit gpu: queue"));
+
+    // The model server goes away: after 3 failed scrapes the configured rate is back.
+    auto killed = std::chrono::steady_clock::now();
+    gw.mock().stop(SIGKILL);
+    double restored = 0;
+    for (int i = 0; i < 200 && restored != 100; ++i) {
+        std::this_thread::sleep_for(20ms);
+        restored = labelled(gateway_metrics(gw), "tokengate_adaptive_rate{limit=\"gpu\"}");
+    }
+    auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - killed);
+    EXPECT_EQ(restored, 100) << "never stuck low";
+    std::cout << "configured rate back " << took.count() << " ms after the upstream died (interval 200 ms)\n";
+    page = gateway_metrics(gw);
+    EXPECT_EQ(labelled(page, "tokengate_upstream_metrics_up{upstream=\"mock\"}"), 0) << page;
+    EXPECT_TRUE(gw.log_contains("back to its configured"));
+    for (auto& t : flood) t.join();
+}
+
+TEST(LeastLoaded, ABusyUpstreamIsPassedOverForAnIdleOne) {
+    TempDir dir;
+    auto idle_port = free_port();
+    Process idle({gateway_binary(), "mock-upstream", "--port", std::to_string(idle_port), "--tokens-per-s", "0"},
+                 dir.path() + "/idle.log");
+    ASSERT_TRUE(wait_for_port(idle_port));
+    GatewayUnderTest gw(
+        "routes:\n  - { path: /v1/chat/completions, upstreams: [mock, idle], balance: least_loaded }\n"
+        "tenants:\n  - { id: acme, keys: [\"k1\"] }\n",
+        "", 10,
+        "    metrics: { interval: 200ms }\n  - name: idle\n    url: http://127.0.0.1:" + std::to_string(idle_port) +
+            "\n    metrics: { interval: 200ms }\n",
+        {}, {}, {"--max-seqs", "1"});
+    // Someone else fills the first GPU: one generating, five waiting.
+    std::vector<std::thread> others;
+    for (int i = 0; i < 6; ++i)
+        others.emplace_back([&] {
+            send_request(gw.mock_port(), {"POST",
+                                          "/v1/chat/completions",
+                                          {{"x-mock-completion-tokens", "50"}},
+                                          chat_body("m", "hi", 50, false)});
+        });
+    std::string page;
+    for (int i = 0; i < 100; ++i) {
+        page = gateway_metrics(gw);
+        if (labelled(page, "tokengate_upstream_queue{upstream=\"mock\"}") >= 4 &&
+            labelled(page, "tokengate_upstream_metrics_up{upstream=\"idle\"}") == 1)
+            break;
+        std::this_thread::sleep_for(50ms);
+    }
+    ASSERT_GE(labelled(page, "tokengate_upstream_queue{upstream=\"mock\"}"), 4) << page;
+    for (int i = 0; i < 4; ++i)
+        EXPECT_EQ(
+            gw.request(
+                  {"POST", "/v1/chat/completions", {{"Authorization", "Bearer k1"}}, chat_body("m", "hi", 5, false)})
+                .status,
+            200);
+    auto idle_page = send_request(idle_port, {"GET", "/metrics", {}, ""}).body;
+    EXPECT_EQ(series(idle_page, "mock_requests_total"), 4) << "every request to the idle upstream";
+    auto busy_page = send_request(gw.mock_port(), {"GET", "/metrics", {}, ""}).body;
+    EXPECT_EQ(series(busy_page, "mock_requests_total"), 6) << "none more to the busy one";
+    gw.mock().stop(SIGKILL);  // the others' requests end here
+    for (auto& t : others) t.join();
 }
 
 }  // namespace

@@ -358,7 +358,8 @@ static void replace_all(std::string& s, const std::string& from, const std::stri
 GatewayUnderTest::GatewayUnderTest(const std::string& config_body, const std::string& server_extra,
                                    double mock_tokens_per_s, const std::string& upstream_extra,
                                    const std::vector<std::string>& launcher,
-                                   const std::optional<std::pair<std::string, std::string>>& mock_tls)
+                                   const std::optional<std::pair<std::string, std::string>>& mock_tls,
+                                   const std::vector<std::string>& mock_args)
     : port_(free_port()), mock_port_(free_port()), admin_port_(free_port()) {
     ::setenv("TOKENGATE_TEST_ADMIN_TOKEN", admin_token, 1);
     // A port from free_port() is free only when it is asked for: another test's process (or
@@ -373,6 +374,7 @@ GatewayUnderTest::GatewayUnderTest(const std::string& config_body, const std::st
         if (mock_tls)
             for (const auto& a : {"--tls-cert", mock_tls->first.c_str(), "--tls-key", mock_tls->second.c_str()})
                 mock_command.push_back(a);
+        mock_command.insert(mock_command.end(), mock_args.begin(), mock_args.end());
         mock_.emplace(mock_command, dir_.path() + "/mock.log");
         if (wait_for_output(*mock_, dir_.path() + "/mock.log",
                             "listening on 127.0.0.1:" + std::to_string(mock_port_) + " "))

@@ -171,7 +171,8 @@ public:
     explicit GatewayUnderTest(const std::string& config_body, const std::string& server_extra = "",
                               double mock_tokens_per_s = 1000, const std::string& upstream_extra = "",
                               const std::vector<std::string>& launcher = {},
-                              const std::optional<std::pair<std::string, std::string>>& mock_tls = {});
+                              const std::optional<std::pair<std::string, std::string>>& mock_tls = {},
+                              const std::vector<std::string>& mock_args = {});
     unsigned short port() const { return port_; }
     unsigned short mock_port() const { return mock_port_; }
     unsigned short admin_port() const { return admin_port_; }
@@ -190,6 +191,7 @@ public:
     /// The access log is written asynchronously: waits until `text` appears in it.
     bool log_contains(const std::string& text, std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
     Process& gateway() { return *gateway_; }
+    Process& mock() { return *mock_; }
     /// Stops the gateway with `signal` (its exit code, or -1, in `exit_code`), then starts it
     /// again on the same config and ports with `extra` arguments. False if it did not come up:
     /// log() says why (the previous run's log is kept as gateway.log.1).

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -28,6 +29,19 @@ const char* to_string(Unit unit);
 /// Matches `*` (any run) and `?` (one char), as in the config's model patterns.
 bool glob_match(std::string_view pattern, std::string_view text);
 
+/// SPEC §13: a rate that follows the model servers' load (AIMD, once per scrape interval).
+enum class LoadSignal { queue, kv_cache, ttft };
+const char* to_string(LoadSignal signal);
+
+struct AdaptiveRate {
+    LoadSignal signal = LoadSignal::queue;
+    double target = 0;          // waiting requests, a 0–1 share of the KV cache, or seconds
+    double min_rate_per_s = 0;  // never adapted below
+    /// The rate in force, shared by every copy of the spec (a tier's limit in each tenant) and
+    /// moved by the server's controller; the limiter reads it through current_rate().
+    std::shared_ptr<std::atomic<double>> rate_per_s;
+};
+
 struct LimitSpec {
     std::string name;
     Algorithm algorithm = Algorithm::token_bucket;
@@ -42,6 +56,12 @@ struct LimitSpec {
     std::vector<std::string> models;                          // glob patterns; empty = every model
     core::CalendarPeriod period = core::CalendarPeriod::day;  // quota only
     const date::time_zone* zone = nullptr;                    // quota only: quotas.timezone
+    std::optional<AdaptiveRate> adaptive;                     // token/leaky only
+
+    /// The refill rate now: the configured one, or where adaptation has moved it.
+    double current_rate() const {
+        return adaptive ? adaptive->rate_per_s->load(std::memory_order_relaxed) : rate_per_s;
+    }
 };
 
 /// Where a key was written (1-based), for errors found after loading, such as a tokenizer
@@ -102,6 +122,13 @@ struct AdminConfig {
     std::string token_env = "TOKENGATE_ADMIN_TOKEN";
 };
 
+/// Where and how often the model server's own Prometheus page is read (SPEC §13).
+struct UpstreamMetrics {
+    std::string path = "/metrics";
+    core::Nanos interval = core::k_nanos_per_second;
+    core::Nanos timeout = core::k_nanos_per_second;  // one scrape, connect to last byte
+};
+
 struct UpstreamConfig {
     std::string name;
     std::string url;
@@ -117,6 +144,7 @@ struct UpstreamConfig {
     core::Nanos stream_idle_timeout = 60 * core::k_nanos_per_second;
     unsigned eject_consecutive_failures = 5;
     core::Nanos eject_for = 10 * core::k_nanos_per_second;
+    std::optional<UpstreamMetrics> metrics;
 };
 
 struct WeightedUpstream {
@@ -124,9 +152,12 @@ struct WeightedUpstream {
     unsigned weight = 1;
 };
 
+enum class Balance { weighted, least_loaded };
+
 struct RouteConfig {
     std::string path;
     bool prefix = false;
+    Balance balance = Balance::weighted;
     std::vector<WeightedUpstream> upstreams;
     std::vector<std::string> models;
     std::vector<LimitSpec> limits;

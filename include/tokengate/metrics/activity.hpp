@@ -44,7 +44,7 @@ public:
 
     struct Latency {
         std::size_t samples = 0;
-        double p50_s = 0, p99_s = 0;
+        double p50_s = 0, p90_s = 0, p99_s = 0;
     };
     /// Over the upstream's last k_ttfb_samples responses.
     Latency first_byte_latency(std::string_view upstream) const;

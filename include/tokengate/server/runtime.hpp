@@ -7,6 +7,7 @@
 #include "tokengate/auth/key_table.hpp"
 #include "tokengate/config/config.hpp"
 #include "tokengate/cost/tokenizer.hpp"
+#include "tokengate/proxy/balance.hpp"
 #include "tokengate/proxy/pool.hpp"
 
 namespace boost::asio::ssl {
@@ -27,6 +28,8 @@ struct Runtime {
     auth::KeyTable keys;
     /// Health per upstream (same index as config->upstreams); kept across reloads by name.
     std::vector<std::shared_ptr<proxy::UpstreamHealth>> health;
+    /// Load per upstream from its /metrics (same index); kept across reloads by name.
+    std::vector<std::shared_ptr<proxy::UpstreamLoad>> load;
     /// The estimator's and the models' tokenizers; a file unchanged by a reload is kept.
     cost::Tokenizers tokenizers;
     /// The listener's certificate (server.tls), loaded anew by every reload: new handshakes

@@ -77,7 +77,7 @@ net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
     const auto& clock = services.clock;
     const auto& cfg = *in.runtime.config;
     const auto& summary = in.admitted.summary;
-    auto index = proxy::pick_upstream(cfg.routes[in.admitted.route], in.runtime.health, clock.now());
+    auto index = proxy::pick_upstream(cfg.routes[in.admitted.route], in.runtime.health, in.runtime.load, clock.now());
     if (!index) {
         Exchanged none;
         none.keep_alive = in.client.keep_alive;
@@ -85,6 +85,7 @@ net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
         co_return none;
     }
     const auto& upstream = cfg.upstreams[*index];
+    in.runtime.load[*index]->sent();  // least_loaded counts it until the next scrape
     // A stream's usage arrives only if asked for: ask on the client's behalf, and hide the
     // answer from a client that did not ask.
     bool usage_injected = summary.stream && summary.injects_stream_usage() && !summary.client_wants_usage;
