@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "harness.hpp"
+#include "scripted_upstream.hpp"
 
 namespace tokengate::testing {
 namespace {
@@ -166,6 +167,66 @@ TEST(LeastLoaded, ABusyUpstreamIsPassedOverForAnIdleOne) {
     EXPECT_EQ(series(busy_page, "mock_requests_total"), 6) << "none more to the busy one";
     gw.mock().stop(SIGKILL);  // the others' requests end here
     for (auto& t : others) t.join();
+}
+
+TEST(LoadScrape, BadPagesAreCountedDownAndHoldNoRequest) {
+    auto page = [](std::string body) {
+        return "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: " + std::to_string(body.size()) +
+               "\r\nConnection: close\r\n\r\n" + body;
+    };
+    ScriptedUpstream huge([&](const std::string&, const std::string&) {
+        return ScriptedUpstream::Reply(page(std::string(5u << 20, '#')));  // over the 4 MiB cap
+    });
+    ScriptedUpstream malformed([&](const std::string&, const std::string&) {
+        return ScriptedUpstream::Reply(page("vllm:num_requests_waiting{ 7\n\x01\x02 garbage\n{}{}\n"));
+    });
+    ScriptedUpstream other_names([&](const std::string&, const std::string&) {
+        return ScriptedUpstream::Reply(page("# TYPE my_queue gauge\nmy_queue 3\nrequests_waiting 9\n"));
+    });
+    ScriptedUpstream hangs([&](const std::string&, const std::string&) {
+        return ScriptedUpstream::Reply("", page("vllm:num_requests_waiting 1\n"), 3000);  // long after the timeout
+    });
+    ScriptedUpstream missing([&](const std::string&, const std::string&) {
+        return ScriptedUpstream::Reply("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    });
+    const std::string scrape = "    metrics: { interval: 200ms, timeout: 200ms }\n";
+    GatewayUnderTest gw("routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
+                        "tenants:\n  - { id: acme, keys: [\"k1\"] }\n",
+                        "", 1000,
+                        huge.yaml("huge") + scrape + malformed.yaml("malformed") + scrape +
+                            other_names.yaml("other-names") + scrape + hangs.yaml("hangs") + scrape +
+                            missing.yaml("missing") + scrape);
+    std::string metrics;
+    auto down = [&](const std::string& name) {
+        return labelled(metrics, "tokengate_upstream_metrics_up{upstream=\"" + name + "\"}") == 0;
+    };
+    for (int i = 0; i < 100; ++i) {
+        metrics = gateway_metrics(gw);
+        if (down("huge") && down("malformed") && down("other-names") && down("hangs") && down("missing")) break;
+        std::this_thread::sleep_for(50ms);
+    }
+    for (const char* name : {"huge", "malformed", "other-names", "hangs", "missing"}) EXPECT_TRUE(down(name)) << name;
+    // Requests do not wait for any scrape.
+    auto started = std::chrono::steady_clock::now();
+    EXPECT_EQ(gw.request({"POST",
+                          "/v1/chat/completions",
+                          {{"Authorization", "Bearer k1"}},
+                          chat_body("m", "hi", 5, false)})
+                  .status,
+              200);
+    EXPECT_LT(std::chrono::steady_clock::now() - started, 5s);
+    EXPECT_TRUE(gw.log_contains("upstream huge: cannot read its metrics: the page is over 4194304 bytes"));
+    EXPECT_TRUE(gw.log_contains("upstream malformed: cannot read its metrics: no queue, running or KV-cache"));
+    EXPECT_TRUE(gw.log_contains("upstream other-names: cannot read its metrics: no queue"));
+    EXPECT_TRUE(gw.log_contains("upstream hangs: cannot read its metrics: read: "));
+    EXPECT_TRUE(gw.log_contains("upstream missing: cannot read its metrics: HTTP 404"));
+    // Each failing upstream is logged once, not once per interval.
+    auto log = gw.log();
+    std::size_t lines = 0;
+    for (auto at = log.find("upstream missing: cannot"); at != std::string::npos;
+         at = log.find("upstream missing: cannot", at + 1))
+        ++lines;
+    EXPECT_EQ(lines, 1u);
 }
 
 }  // namespace
