@@ -167,7 +167,7 @@ struct Loader {
         if (!root.IsDefined() || root.IsNull()) r.fail(root, "the configuration is empty");
         r.expect_map(root, "the configuration",
                      {"server", "admin", "upstreams", "routes", "models", "cost", "tiers", "tenants", "ip_limits",
-                      "global_limits", "store", "log", "quotas"});
+                      "global_limits", "store", "log", "quotas", "overload"});
         if (root["server"]) server(root["server"]);
         if (root["admin"]) admin(root["admin"]);
         if (root["log"]) log(root["log"]);
@@ -184,6 +184,22 @@ struct Loader {
         tenants(root["tenants"]);
         if (root["ip_limits"]) config.ip_limits = limits(root["ip_limits"], "ip_limits");
         if (root["global_limits"]) config.global_limits = limits(root["global_limits"], "global_limits");
+        if (root["overload"]) overload(root["overload"]);
+    }
+
+    void overload(const YAML::Node& n) {
+        r.expect_map(n, "overload", {"queue", "kv_cache"});
+        OverloadConfig o;
+        if (n["queue"]) o.queue = r.positive(n["queue"], "overload.queue");
+        if (n["kv_cache"]) {
+            o.kv_cache = r.positive(n["kv_cache"], "overload.kv_cache");
+            if (*o.kv_cache > 1) r.fail(n["kv_cache"], "overload.kv_cache is a share of the KV cache, 0 to 1");
+        }
+        if (!o.queue && !o.kv_cache) r.fail(n, "overload needs 'queue' and/or 'kv_cache'");
+        bool scraped = false;
+        for (const auto& u : config.upstreams) scraped = scraped || u.metrics;
+        if (!scraped) r.fail(n, "overload is judged from the upstreams' metrics, but no upstream has 'metrics'");
+        config.overload = o;
     }
 
     void server(const YAML::Node& n) {
@@ -853,9 +869,16 @@ struct Loader {
     void tiers(const YAML::Node& n) {
         if (!n.IsMap()) r.fail(n, "tiers must be a mapping of tier name to settings");
         for (const auto& kv : n) {
-            r.expect_map(kv.second, "tier", {"limits"});
+            r.expect_map(kv.second, "tier", {"limits", "priority"});
             TierConfig tier;
             tier.name = r.string_of(kv.first, "tier name");
+            if (const auto& p = kv.second["priority"]) {
+                auto v = r.string_of(p, "priority");
+                if (v == "critical") tier.priority = Priority::critical;
+                else if (v == "standard") tier.priority = Priority::standard;
+                else if (v == "sheddable") tier.priority = Priority::sheddable;
+                else r.fail(p, "priority must be critical, standard or sheddable, got '" + v + "'");
+            }
             if (kv.second["limits"]) tier.limits = limits(kv.second["limits"], "tier limits");
             config.tiers.push_back(std::move(tier));
         }
@@ -900,6 +923,7 @@ struct Loader {
                                          [&](const TierConfig& c) { return c.name == tenant.tier; });
                 if (tier == config.tiers.end()) r.fail(t["tier"], "unknown tier '" + tenant.tier + "'");
                 tenant.limits = tier->limits;
+                tenant.priority = tier->priority;
             }
             if (!t["keys"]) r.fail(t, "tenant '" + tenant.id + "' is missing 'keys'");
             r.expect_sequence(t["keys"], "keys");

@@ -13,6 +13,7 @@
 #include "pipeline/exchange.hpp"
 #include "pipeline/limit.hpp"
 #include "pipeline/record.hpp"
+#include "pipeline/shed.hpp"
 #include "services.hpp"
 #include "tokengate/auth/key_table.hpp"
 #include "tokengate/proxy/origin.hpp"
@@ -240,6 +241,8 @@ private:
         rec.route = cfg.routes[admitted.route].path;
         rec.cost = admitted.reserved.cost;
 
+        if (auto overloaded = pipeline::shed(*rt, admitted, services_.clock.now()))
+            co_return co_await refuse(*overloaded, rec, reply);
         auto limited = co_await pipeline::limit(*services_.store, admitted, cfg.cost, rec.tenant, services_.metrics,
                                                 services_.clock);
         if (auto* no = std::get_if<pipeline::Rejection>(&limited)) co_return co_await refuse(*no, rec, reply);

@@ -190,12 +190,12 @@ TEST(LoadScrape, BadPagesAreCountedDownAndHoldNoRequest) {
         return ScriptedUpstream::Reply("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
     });
     const std::string scrape = "    metrics: { interval: 200ms, timeout: 200ms }\n";
-    GatewayUnderTest gw("routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
-                        "tenants:\n  - { id: acme, keys: [\"k1\"] }\n",
-                        "", 1000,
-                        huge.yaml("huge") + scrape + malformed.yaml("malformed") + scrape +
-                            other_names.yaml("other-names") + scrape + hangs.yaml("hangs") + scrape +
-                            missing.yaml("missing") + scrape);
+    GatewayUnderTest gw(
+        "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
+        "tenants:\n  - { id: acme, keys: [\"k1\"] }\n",
+        "", 1000,
+        huge.yaml("huge") + scrape + malformed.yaml("malformed") + scrape + other_names.yaml("other-names") + scrape +
+            hangs.yaml("hangs") + scrape + missing.yaml("missing") + scrape);
     std::string metrics;
     auto down = [&](const std::string& name) {
         return labelled(metrics, "tokengate_upstream_metrics_up{upstream=\"" + name + "\"}") == 0;
@@ -208,12 +208,10 @@ TEST(LoadScrape, BadPagesAreCountedDownAndHoldNoRequest) {
     for (const char* name : {"huge", "malformed", "other-names", "hangs", "missing"}) EXPECT_TRUE(down(name)) << name;
     // Requests do not wait for any scrape.
     auto started = std::chrono::steady_clock::now();
-    EXPECT_EQ(gw.request({"POST",
-                          "/v1/chat/completions",
-                          {{"Authorization", "Bearer k1"}},
-                          chat_body("m", "hi", 5, false)})
-                  .status,
-              200);
+    EXPECT_EQ(
+        gw.request({"POST", "/v1/chat/completions", {{"Authorization", "Bearer k1"}}, chat_body("m", "hi", 5, false)})
+            .status,
+        200);
     EXPECT_LT(std::chrono::steady_clock::now() - started, 5s);
     EXPECT_TRUE(gw.log_contains("upstream huge: cannot read its metrics: the page is over 4194304 bytes"));
     EXPECT_TRUE(gw.log_contains("upstream malformed: cannot read its metrics: no queue, running or KV-cache"));
@@ -227,6 +225,48 @@ TEST(LoadScrape, BadPagesAreCountedDownAndHoldNoRequest) {
          at = log.find("upstream missing: cannot", at + 1))
         ++lines;
     EXPECT_EQ(lines, 1u);
+}
+
+TEST(Overload, SheddableTiersAreRefusedWhileEveryUpstreamIsPastItCriticalOnesPass) {
+    GatewayUnderTest gw(
+        "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
+        "tiers:\n  free: { priority: sheddable }\n  vip: { priority: critical }\n"
+        "tenants:\n  - { id: crowd, tier: free, keys: [\"k-free\"] }\n  - { id: bank, tier: vip, keys: [\"k-vip\"] }\n"
+        "overload: { queue: 2 }\n",
+        "", 50, "    metrics: { interval: 200ms }\n", {}, {}, {"--max-seqs", "1"});
+    auto chat = [&](const std::string& key) {
+        return gw.request(
+            {"POST", "/v1/chat/completions", {{"Authorization", "Bearer " + key}}, chat_body("m", "hi", 5, false)});
+    };
+    EXPECT_EQ(chat("k-free").status, 200) << "no overload yet";
+    std::vector<std::thread> others;  // fill the GPU: 0.5 s each, one at a time
+    for (int i = 0; i < 6; ++i)
+        others.emplace_back([&] {
+            send_request(gw.mock_port(), {"POST",
+                                          "/v1/chat/completions",
+                                          {{"x-mock-completion-tokens", "25"}},
+                                          chat_body("m", "hi", 25, false)});
+        });
+    std::string page;
+    for (int i = 0; i < 100; ++i) {
+        page = gateway_metrics(gw);
+        if (labelled(page, "tokengate_upstream_queue{upstream=\"mock\"}") >= 3) break;
+        std::this_thread::sleep_for(20ms);
+    }
+    auto shed = chat("k-free");
+    EXPECT_EQ(shed.status, 503) << shed.body;
+    EXPECT_NE(shed.body.find("\"code\":\"server_overloaded\""), std::string::npos) << shed.body;
+    EXPECT_NE(shed.body.find("\"type\":\"server_error\""), std::string::npos);
+    EXPECT_EQ(shed.header("retry-after"), "1");
+    EXPECT_EQ(chat("k-vip").status, 200) << "critical traffic is never shed";
+    for (auto& t : others) t.join();
+    // The queue gone (a scrape or two later), the free tier is served again.
+    int status = 0;
+    for (int i = 0; i < 50 && status != 200; ++i) {
+        std::this_thread::sleep_for(100ms);
+        status = chat("k-free").status;
+    }
+    EXPECT_EQ(status, 200);
 }
 
 }  // namespace

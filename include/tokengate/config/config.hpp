@@ -220,16 +220,27 @@ struct CostConfig {
     bool stop_at_budget = false;    // end a stream that runs past the budget
 };
 
+/// Who goes first when the GPUs are overloaded (SPEC §13).
+enum class Priority { critical, standard, sheddable };
+
+/// `overload:` every available upstream of a route past either: sheddable requests get a 503.
+struct OverloadConfig {
+    std::optional<double> queue;     // waiting requests at an upstream
+    std::optional<double> kv_cache;  // its KV-cache share, 0–1
+};
+
 struct TierConfig {
     std::string name;
+    Priority priority = Priority::standard;
     std::vector<LimitSpec> limits;
 };
 
 struct TenantConfig {
     std::string id;
     std::string tier;
-    std::vector<std::string> key_digests;  // raw 32-byte SHA-256 digests
-    std::vector<LimitSpec> limits;         // effective: tier limits with overrides applied
+    Priority priority = Priority::standard;  // the tier's
+    std::vector<std::string> key_digests;    // raw 32-byte SHA-256 digests
+    std::vector<LimitSpec> limits;           // effective: tier limits with overrides applied
 };
 
 struct RedisConfig {
@@ -273,7 +284,8 @@ struct GatewayConfig {
     StoreConfig store;
     LogConfig log;
     std::string quota_timezone = "UTC";  // quotas.timezone: where a quota's day begins
-    std::vector<std::string> warnings;   // "file:line:col: message", e.g. plain keys
+    std::optional<OverloadConfig> overload;
+    std::vector<std::string> warnings;  // "file:line:col: message", e.g. plain keys
 };
 
 }  // namespace tokengate::config
