@@ -269,5 +269,54 @@ TEST(Overload, SheddableTiersAreRefusedWhileEveryUpstreamIsPastItCriticalOnesPas
     EXPECT_EQ(status, 200);
 }
 
+TEST(AdaptiveRate, TwoReplicasOnRedisEachFollowTheirOwnGpuAndShareTheBucketExactly) {
+    REQUIRE_REDIS();
+    RedisServer redis;
+    auto config = "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
+                  "tenants:\n  - { id: acme, keys: [\"k1\"] }\n"
+                  "global_limits:\n"
+                  "  - { name: gpu, algorithm: token_bucket, capacity: 10, rate: 0.1/s,\n"
+                  "      adaptive: { signal: queue, target: 1, min_rate: 0.01/s } }\n"
+                  "store:\n  backend: redis\n  redis: { url: \"" +
+                  redis.url() + "\", prefix: \"tga:\", timeout: 500ms, on_error: fail_closed }\n";
+    const std::string scrape = "    metrics: { interval: 200ms }\n";
+    GatewayUnderTest a(config, "", 20, scrape, {}, {}, {"--max-seqs", "1"});
+    GatewayUnderTest b(config, "", 20, scrape, {}, {}, {"--max-seqs", "1"});
+    auto chat = [](const GatewayUnderTest& gw) {
+        return gw
+            .request({"POST",
+                      "/v1/chat/completions",
+                      {{"Authorization", "Bearer k1"}, {"x-mock-completion-tokens", "1"}},
+                      chat_body("m", "hi", 1, false)})
+            .status;
+    };
+    // One bucket in Redis for both: 10 of 14 alternating requests pass, wherever they land.
+    int passed = 0, refused = 0;
+    for (int i = 0; i < 14; ++i) {
+        auto status = chat(i % 2 ? a : b);
+        passed += status == 200;
+        refused += status == 429;
+    }
+    EXPECT_EQ(passed, 10);
+    EXPECT_EQ(refused, 4);
+    // Replica a's GPU fills up (someone else's work): a slows its rate, b, whose GPU is idle, does not.
+    std::vector<std::thread> others;
+    for (int i = 0; i < 4; ++i)
+        others.emplace_back([&] {
+            send_request(a.mock_port(), {"POST",
+                                         "/v1/chat/completions",
+                                         {{"x-mock-completion-tokens", "30"}},
+                                         chat_body("m", "hi", 30, false)});
+        });
+    double rate_a = 0.1;
+    for (int i = 0; i < 100 && !(rate_a < 0.1); ++i) {
+        std::this_thread::sleep_for(50ms);
+        rate_a = labelled(gateway_metrics(a), "tokengate_adaptive_rate{limit=\"gpu\"}");
+    }
+    EXPECT_LT(rate_a, 0.1);
+    EXPECT_EQ(labelled(gateway_metrics(b), "tokengate_adaptive_rate{limit=\"gpu\"}"), 0.1);
+    for (auto& t : others) t.join();
+}
+
 }  // namespace
 }  // namespace tokengate::testing
