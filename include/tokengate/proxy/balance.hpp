@@ -28,6 +28,8 @@ public:
     Signals signals() const;
     /// queue + running at the last scrape, plus what was sent since.
     double load() const;
+    /// Requests sent since the last scrape: what the page cannot show yet.
+    std::uint64_t sent_since() const { return sent_since_.load(std::memory_order_relaxed); }
 
 private:
     static constexpr double k_none = -1;  // a signal the page did not have

@@ -13,8 +13,11 @@ std::optional<Rejection> shed(const Runtime& rt, const Admitted& a, core::Nanos 
         const auto& load = *rt.load[u.upstream];
         if (!load.live()) return std::nullopt;
         auto s = load.signals();
+        // The queue as it will be: the scrape's, plus what was sent since (least_loaded's
+        // estimate). Without it a flood fills the GPU between two scrapes.
+        double queue = s.queue ? *s.queue + static_cast<double>(load.sent_since()) : 0;
         bool past =
-            (o.queue && s.queue && *s.queue >= *o.queue) || (o.kv_cache && s.kv_cache && *s.kv_cache >= *o.kv_cache);
+            (o.queue && s.queue && queue >= *o.queue) || (o.kv_cache && s.kv_cache && *s.kv_cache >= *o.kv_cache);
         if (!past) return std::nullopt;  // one with room: nobody is shed
         any = true;
     }

@@ -1,8 +1,9 @@
 #pragma once
 
 // Stage 1b, shed (SPEC §13): while every available upstream of the request's route is past
-// `overload` (its queue or its KV cache, from the last scrape), a sheddable tier's requests
-// are refused before anything is charged; standard and critical ones pass.
+// `overload` (its queue, from the last scrape plus what was sent it since, or its KV cache),
+// a sheddable tier's requests are refused before anything is charged; standard and critical
+// ones pass.
 
 #include <optional>
 
