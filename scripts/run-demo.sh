@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh release
 bin=build/release/tokengate
-"$bin" mock-upstream --port 8000 &
+# A GPU of 8 sequences: past them requests queue, and the gateway's adaptive limit follows.
+"$bin" mock-upstream --port 8000 --max-seqs 8 &
 mock=$!
 trap 'kill $mock 2>/dev/null || true' EXIT
 echo "gateway on http://127.0.0.1:8080 — try the curl in README.md"
