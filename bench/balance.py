@@ -8,26 +8,9 @@ against 16), offered 40 req/s (83% of the 48 they serve together) through tokeng
 import argparse, asyncio, os, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from flood import BIN, COMPLETION, free_port, get, metric, p99  # noqa: E402
+from flood import BIN, chat, free_port, get, metric, p99  # noqa: E402
 
 OFFERED = 40.0
-BODY = ('{"model":"llama3-8b","max_tokens":%d,"messages":[{"role":"user","content":"hello"}]}' % COMPLETION).encode()
-
-
-async def one(port, results):
-    start = time.monotonic()
-    try:
-        r, w = await asyncio.open_connection("127.0.0.1", port)
-        w.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n"
-                b"Content-Type: application/json\r\nConnection: close\r\nContent-Length: " +
-                str(len(BODY)).encode() + b"\r\n\r\n" + BODY)
-        data = await r.read()
-        w.close()
-        results.append((int(data.split(b" ", 2)[1]), time.monotonic() - start))
-    except (OSError, ValueError, IndexError):
-        results.append((0, time.monotonic() - start))
-
-
 async def run(balance, seconds):
     gw, fast, slow = free_port(), free_port(), free_port()
     tmp = tempfile.mkdtemp(prefix="balance-")
@@ -53,7 +36,7 @@ log: {{ access: "off", level: warn }}
     while time.monotonic() - start < seconds:
         now = time.monotonic()
         while nxt <= now:
-            tasks.append(asyncio.create_task(one(gw, results)))
+            tasks.append(asyncio.create_task(chat(gw, "k", results)))
             nxt += 1 / OFFERED
         if now >= sample:
             qf = metric(await get(fast, "/metrics"), "vllm:num_requests_waiting")

@@ -50,6 +50,24 @@ async def get(port, path):
     return data.decode(errors="replace")
 
 
+CHAT = ('{"model":"llama3-8b","max_tokens":%d,"messages":[{"role":"user","content":"hello"}]}' % COMPLETION).encode()
+
+
+async def chat(port, key, results):
+    """One chat completion (not streamed), read to its end: records (status, seconds)."""
+    start = time.monotonic()
+    try:
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key.encode() +
+                b"\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
+                str(len(CHAT)).encode() + b"\r\n\r\n" + CHAT)
+        data = await r.read()
+        w.close()
+        results.append((int(data.split(b" ", 2)[1]), time.monotonic() - start))
+    except (OSError, ValueError, IndexError):
+        results.append((0, time.monotonic() - start))
+
+
 async def one(port, sent_at, results):
     """One streamed chat request; records (when answered, status, seconds to the first event)."""
     try:

@@ -8,26 +8,9 @@ in both runs, and what became of the flood.
 import argparse, asyncio, os, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from flood import BIN, COMPLETION, free_port, p99  # noqa: E402
+from flood import BIN, chat, free_port, p99  # noqa: E402
 
 QUEUE = int(os.environ.get("OVERLOAD_QUEUE", "2"))
-BODY = ('{"model":"llama3-8b","max_tokens":%d,"messages":[{"role":"user","content":"hello"}]}' % COMPLETION).encode()
-
-
-async def one(port, key, results):
-    start = time.monotonic()
-    try:
-        r, w = await asyncio.open_connection("127.0.0.1", port)
-        w.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key.encode() +
-                b"\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
-                str(len(BODY)).encode() + b"\r\n\r\n" + BODY)
-        data = await r.read()
-        w.close()
-        results.append((int(data.split(b" ", 2)[1]), time.monotonic() - start))
-    except (OSError, ValueError, IndexError):
-        results.append((0, time.monotonic() - start))
-
-
 async def run(flood, seconds):
     gw, mock = free_port(), free_port()
     tmp = tempfile.mkdtemp(prefix="overload-")
@@ -52,10 +35,10 @@ log: {{ access: "off", level: warn }}
     while time.monotonic() - start < seconds:
         now = time.monotonic()
         while next_c <= now:
-            tasks.append(asyncio.create_task(one(gw, "k-vip", critical)))
+            tasks.append(asyncio.create_task(chat(gw, "k-vip", critical)))
             next_c += 1 / 8
         while flood and next_f <= now:
-            tasks.append(asyncio.create_task(one(gw, "k-free", crowd)))
+            tasks.append(asyncio.create_task(chat(gw, "k-free", crowd)))
             next_f += 1 / 40
         await asyncio.sleep(0.002)
     await asyncio.wait(tasks, timeout=120)
