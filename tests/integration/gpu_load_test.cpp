@@ -75,6 +75,20 @@ std::string gateway_metrics(const GatewayUnderTest& gw) {
     return send_request(gw.admin_port(), {"GET", "/metrics", {}, ""}).body;
 }
 
+/// Someone else's work on a mock GPU, straight to it: `requests` of `tokens` each, at once.
+/// Join the threads (the requests end when they are served, or when the mock dies).
+std::vector<std::thread> fill_gpu(unsigned short mock_port, int requests, int tokens) {
+    std::vector<std::thread> clients;
+    for (int i = 0; i < requests; ++i)
+        clients.emplace_back([=] {
+            send_request(mock_port, {"POST",
+                                     "/v1/chat/completions",
+                                     {{"x-mock-completion-tokens", std::to_string(tokens)}},
+                                     chat_body("m", "hi", tokens, false)});
+        });
+    return clients;
+}
+
 TEST(AdaptiveRate, AQueueLowersTheRateAndFailingScrapesPutItBack) {
     // The mock as a GPU of 2 sequences; the gateway reads its /metrics every 200 ms.
     GatewayUnderTest gw(
@@ -138,14 +152,7 @@ TEST(LeastLoaded, ABusyUpstreamIsPassedOverForAnIdleOne) {
             "\n    metrics: { interval: 200ms }\n",
         {}, {}, {"--max-seqs", "1"});
     // Someone else fills the first GPU: one generating, five waiting.
-    std::vector<std::thread> others;
-    for (int i = 0; i < 6; ++i)
-        others.emplace_back([&] {
-            send_request(gw.mock_port(), {"POST",
-                                          "/v1/chat/completions",
-                                          {{"x-mock-completion-tokens", "50"}},
-                                          chat_body("m", "hi", 50, false)});
-        });
+    auto others = fill_gpu(gw.mock_port(), 6, 50);
     std::string page;
     for (int i = 0; i < 100; ++i) {
         page = gateway_metrics(gw);
@@ -239,14 +246,7 @@ TEST(Overload, SheddableTiersAreRefusedWhileEveryUpstreamIsPastItCriticalOnesPas
             {"POST", "/v1/chat/completions", {{"Authorization", "Bearer " + key}}, chat_body("m", "hi", 5, false)});
     };
     EXPECT_EQ(chat("k-free").status, 200) << "no overload yet";
-    std::vector<std::thread> others;  // fill the GPU: 0.5 s each, one at a time
-    for (int i = 0; i < 6; ++i)
-        others.emplace_back([&] {
-            send_request(gw.mock_port(), {"POST",
-                                          "/v1/chat/completions",
-                                          {{"x-mock-completion-tokens", "25"}},
-                                          chat_body("m", "hi", 25, false)});
-        });
+    auto others = fill_gpu(gw.mock_port(), 6, 25);
     std::string page;
     for (int i = 0; i < 100; ++i) {
         page = gateway_metrics(gw);
@@ -272,13 +272,14 @@ TEST(Overload, SheddableTiersAreRefusedWhileEveryUpstreamIsPastItCriticalOnesPas
 TEST(AdaptiveRate, TwoReplicasOnRedisEachFollowTheirOwnGpuAndShareTheBucketExactly) {
     REQUIRE_REDIS();
     RedisServer redis;
-    auto config = "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
-                  "tenants:\n  - { id: acme, keys: [\"k1\"] }\n"
-                  "global_limits:\n"
-                  "  - { name: gpu, algorithm: token_bucket, capacity: 10, rate: 0.1/s,\n"
-                  "      adaptive: { signal: queue, target: 1, min_rate: 0.01/s } }\n"
-                  "store:\n  backend: redis\n  redis: { url: \"" +
-                  redis.url() + "\", prefix: \"tga:\", timeout: 500ms, on_error: fail_closed }\n";
+    auto config =
+        "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
+        "tenants:\n  - { id: acme, keys: [\"k1\"] }\n"
+        "global_limits:\n"
+        "  - { name: gpu, algorithm: token_bucket, capacity: 10, rate: 0.1/s,\n"
+        "      adaptive: { signal: queue, target: 1, min_rate: 0.01/s } }\n"
+        "store:\n  backend: redis\n  redis: { url: \"" +
+        redis.url() + "\", prefix: \"tga:\", timeout: 500ms, on_error: fail_closed }\n";
     const std::string scrape = "    metrics: { interval: 200ms }\n";
     GatewayUnderTest a(config, "", 20, scrape, {}, {}, {"--max-seqs", "1"});
     GatewayUnderTest b(config, "", 20, scrape, {}, {}, {"--max-seqs", "1"});
@@ -300,14 +301,7 @@ TEST(AdaptiveRate, TwoReplicasOnRedisEachFollowTheirOwnGpuAndShareTheBucketExact
     EXPECT_EQ(passed, 10);
     EXPECT_EQ(refused, 4);
     // Replica a's GPU fills up (someone else's work): a slows its rate, b, whose GPU is idle, does not.
-    std::vector<std::thread> others;
-    for (int i = 0; i < 4; ++i)
-        others.emplace_back([&] {
-            send_request(a.mock_port(), {"POST",
-                                         "/v1/chat/completions",
-                                         {{"x-mock-completion-tokens", "30"}},
-                                         chat_body("m", "hi", 30, false)});
-        });
+    auto others = fill_gpu(a.mock_port(), 4, 30);
     double rate_a = 0.1;
     for (int i = 0; i < 100 && !(rate_a < 0.1); ++i) {
         std::this_thread::sleep_for(50ms);
