@@ -645,7 +645,8 @@ struct Loader {
         if (!(a.target > 0) || (a.signal == LoadSignal::kv_cache && a.target > 1) || a.target > 1e9)
             r.fail(n["target"], a.signal == LoadSignal::kv_cache ? "adaptive.target for kv_cache is a share, 0 to 1"
                                                                  : "adaptive.target must be above 0");
-        a.min_rate_per_s = n["min_rate"] ? r.rate(n["min_rate"], "adaptive.min_rate") : l.rate_per_s / 10;
+        a.min_rate_per_s =
+            n["min_rate"] ? r.rate(n["min_rate"], "adaptive.min_rate") : std::max(k_min_rate, l.rate_per_s / 10);
         if (!(a.min_rate_per_s >= k_min_rate) || a.min_rate_per_s > l.rate_per_s)
             r.fail(n["min_rate"] ? n["min_rate"] : n,
                    "adaptive.min_rate must be positive and at most the limit's rate");
