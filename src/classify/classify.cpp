@@ -24,6 +24,7 @@ void add_level(std::vector<config::Charge>& out, const std::vector<config::Limit
         c.key = bucket_key(level, spec.name, subject);
         c.amount = facts.reserved.in(spec.unit);
         c.tenant = facts.tenant_id;
+        c.priority = facts.priority;
         out.push_back(std::move(c));
     }
 }
@@ -42,7 +43,8 @@ std::vector<config::Charge> tenant_charges(const config::TenantConfig& tenant) {
     std::vector<config::Charge> charges;
     charges.reserve(tenant.limits.size());
     for (const auto& spec : tenant.limits)
-        charges.push_back({&spec, Level::tenant, bucket_key(Level::tenant, spec.name, tenant.id), 0, tenant.id, {}});
+        charges.push_back(
+            {&spec, Level::tenant, bucket_key(Level::tenant, spec.name, tenant.id), 0, tenant.id, tenant.priority, {}});
     return charges;
 }
 
@@ -67,6 +69,7 @@ std::vector<config::Charge> applicable_limits(const config::GatewayConfig& confi
                 config.global_limits.size());
     RequestFacts with_tenant = facts;
     with_tenant.tenant_id = tenant.id;
+    with_tenant.priority = tenant.priority;
     const auto& f = with_tenant;
     add_level(out, tenant.limits, Level::tenant, tenant.id, f);
     add_level(out, config.ip_limits, Level::ip, f.client_ip, f);

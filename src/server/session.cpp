@@ -250,12 +250,15 @@ private:
         rec.cost_reserved = admitted.reserved.cost;
 
         start_watching();
-        if (permit.decision().must_wait() &&
-            !co_await permit.wait_turn(services_.clock, admitted.charges, turn_watch())) {
-            co_await stop_watching();
-            rec.status = 499;
-            pipeline::record(rec, worker_);
-            co_return false;
+        if (permit.decision().must_wait()) {
+            auto turn = co_await permit.wait_turn(services_.clock, admitted.charges, turn_watch());
+            if (!turn.started()) co_await stop_watching();
+            if (turn.displaced_from) co_return co_await refuse(pipeline::displaced(*turn.displaced_from), rec, reply);
+            if (!turn.started()) {
+                rec.status = 499;
+                pipeline::record(rec, worker_);
+                co_return false;
+            }
         }
         proxy::ClientOrigin origin{peer_, rec.client_ip, proxy::is_trusted_proxy(cfg.server.trusted_proxies, peer_),
                                    rec.request_id, stream_.tls()};

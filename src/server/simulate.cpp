@@ -384,6 +384,7 @@ private:
             auto ticket = f.decision.statuses[f.next_queue].ticket;
             if (!ticket) continue;
             auto r = store_.queue_try_start(f.charges[f.next_queue], ticket);
+            if (r.displaced) return displaced(id, now);
             if (r.started || r.unknown) {
                 auto& t = tally(f.decision.statuses[f.next_queue]);
                 result_.decisions[f.index].limit = t.index;
@@ -397,6 +398,26 @@ private:
             return;
         }
         started(id, now);
+    }
+
+    /// A queue gave the request's place to higher-priority traffic: a 429 after all, and its
+    /// places in the queues after that one given back.
+    void displaced(std::size_t id, core::Nanos now) {
+        auto& f = in_flight_[id];
+        for (auto i = f.next_queue; i < f.charges.size(); ++i) {
+            const auto& status = f.decision.statuses[i];
+            if (!status.ticket) continue;
+            if (i > f.next_queue) store_.queue_cancel(f.charges[i], status.ticket);
+            auto& t = tally(status);
+            t.level[bin(now)] = static_cast<double>(--t.waiting);
+            if (i > f.next_queue) continue;
+            ++t.rejected;
+            ++t.refused[bin(now)];
+            result_.decisions[f.index].status = 429;
+            result_.decisions[f.index].limit = t.index;
+        }
+        f.actual = {};
+        settle(id);
     }
 
     void started(std::size_t id, core::Nanos now) {

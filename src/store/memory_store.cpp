@@ -15,7 +15,7 @@ MemoryStore::MemoryStore(const core::Clock& clock, std::size_t max_buckets)
     : clock_(clock), max_per_shard_(std::max<std::size_t>(1, max_buckets / k_shards)) {}
 
 bool MemoryStore::evictable(const Bucket& b, core::Nanos now, core::Nanos unix_now, bool only_idle) {
-    bool holds_something = b.gauge.in_flight() > 0 || (b.queue && b.queue->waiting() > 0);
+    bool holds_something = b.gauge.in_flight() > 0 || (b.queue && b.queue->holds_tickets());
     if (holds_something) return false;
     if (!only_idle) return true;
     if (b.is_quota) return b.quota.idle(unix_now);
@@ -123,7 +123,8 @@ Decision MemoryStore::decide(std::span<const Charge> charges) {
         status.level = c.level;
         if (buckets[i]->is_quota) quota_status(status, buckets[i]->quota, c, unix_now);
         else if (c.spec->algorithm == Algorithm::concurrency) status.verdict = buckets[i]->gauge.check(c.amount);
-        else if (buckets[i]->queue) status.verdict = buckets[i]->queue->check(c.tenant, c.amount, now).verdict;
+        else if (buckets[i]->queue)
+            status.verdict = buckets[i]->queue->check(c.tenant, c.amount, now, c.priority).verdict;
         else status.verdict = buckets[i]->rate.check(c.amount, now);
     }
     limiter::resolve(decision);
@@ -132,7 +133,8 @@ Decision MemoryStore::decide(std::span<const Charge> charges) {
         if (buckets[i]->is_quota) buckets[i]->quota.consume(charges[i].amount);
         else if (charges[i].spec->algorithm == Algorithm::concurrency) buckets[i]->gauge.acquire(charges[i].amount);
         else if (buckets[i]->queue)
-            decision.statuses[i].ticket = buckets[i]->queue->admit(charges[i].tenant, charges[i].amount, now).ticket;
+            decision.statuses[i].ticket =
+                buckets[i]->queue->admit(charges[i].tenant, charges[i].amount, now, charges[i].priority).ticket;
         else buckets[i]->rate.consume(charges[i].amount, now);
     }
     for (auto it = order.rbegin(); it != order.rend(); ++it) shards_[*it].mutex.unlock();
@@ -165,8 +167,9 @@ Decision MemoryStore::peek(std::span<const Charge> charges) {
             status.verdict = (existing ? existing->gauge : fresh).check(c.amount);
         } else if (limiter::is_shaping(spec)) {
             limiter::ShapeQueue fresh(spec);
-            status.verdict =
-                (existing && existing->queue ? *existing->queue : fresh).check(c.tenant, c.amount, now).verdict;
+            status.verdict = (existing && existing->queue ? *existing->queue : fresh)
+                                 .check(c.tenant, c.amount, now, c.priority)
+                                 .verdict;
         } else {
             limiter::RateBucket bucket = existing ? existing->rate : limiter::RateBucket(spec, now);
             bucket.reconfigure(spec, now);

@@ -19,8 +19,8 @@ net::steady_timer::time_point at(core::Nanos t) { return net::steady_timer::time
 
 }  // namespace
 
-net::awaitable<bool> wait_for_turn(const core::Clock& clock, std::span<const limiter::Charge> charges,
-                                   const limiter::Decision& decision, TurnWatch watch) {
+net::awaitable<TurnResult> wait_for_turn(const core::Clock& clock, std::span<const limiter::Charge> charges,
+                                         const limiter::Decision& decision, TurnWatch watch) {
     auto* store = decision.settle_with;
     auto decided_at = clock.now();
     auto ex = co_await net::this_coro::executor;
@@ -33,13 +33,14 @@ net::awaitable<bool> wait_for_turn(const core::Clock& clock, std::span<const lim
         });
     };
     watch.on_client_gone = wake;
+    TurnResult result;
     bool ok = true;
     for (std::size_t i = 0; i < charges.size(); ++i) {
         // A shared store hands out the start time itself: wait for it here.
         if (auto wait = decision.statuses[i].wait; wait > 0 && ok) {
             timer->expires_at(at(decided_at + wait));
             while (!watch.client_gone && clock.now() < decided_at + wait) co_await timer->async_wait(k_use);
-            if (watch.client_gone) ok = false;
+            if (watch.client_gone) ok = false, result.outcome = TurnResult::Outcome::client_gone;
             else if (watch.waited) watch.waited(charges[i], wait);
         }
         auto ticket = decision.statuses[i].ticket;
@@ -54,9 +55,15 @@ net::awaitable<bool> wait_for_turn(const core::Clock& clock, std::span<const lim
             if (watch.client_gone) {
                 store->queue_cancel(charges[i], ticket);
                 ok = false;
+                result.outcome = TurnResult::Outcome::client_gone;
                 break;
             }
             auto check = store->queue_try_start(charges[i], ticket);
+            if (check.displaced) {
+                ok = false;
+                result = {TurnResult::Outcome::displaced, &charges[i]};
+                break;
+            }
             if (check.started || check.unknown) {
                 if (watch.waited) watch.waited(charges[i], clock.now() - queued_at);
                 break;
@@ -67,7 +74,7 @@ net::awaitable<bool> wait_for_turn(const core::Clock& clock, std::span<const lim
         }
     }
     watch.on_client_gone = nullptr;
-    co_return ok;
+    co_return result;
 }
 
 }  // namespace tokengate::store

@@ -2,8 +2,11 @@
 // /metrics show its batch and its queue.
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <csignal>
+#include <future>
 #include <iostream>
 #include <thread>
 
@@ -14,6 +17,7 @@ namespace tokengate::testing {
 namespace {
 
 using namespace std::chrono_literals;
+using nlohmann::json;
 
 /// The value of an unlabelled series in a Prometheus text page (NaN if absent).
 double series(const std::string& page, const std::string& name) {
@@ -310,6 +314,80 @@ TEST(AdaptiveRate, TwoReplicasOnRedisEachFollowTheirOwnGpuAndShareTheBucketExact
     EXPECT_LT(rate_a, 0.1);
     EXPECT_EQ(labelled(gateway_metrics(b), "tokengate_adaptive_rate{limit=\"gpu\"}"), 0.1);
     for (auto& t : others) t.join();
+}
+
+/// One chat's answer and when it came, from `start`.
+struct Timed {
+    int status = 0;
+    std::string body;
+    std::chrono::steady_clock::duration at{};
+};
+
+/// Through one gateway, or several replicas sharing Redis (requests alternate between them):
+/// a shaping queue full of sheddable requests, then critical ones. The critical ones go to the
+/// front, each taking the newest sheddable request's place (that one gets a 429 then).
+void critical_requests_jump_the_queue(std::vector<GatewayUnderTest*> replicas) {
+    using steady = std::chrono::steady_clock;
+    auto start = steady::now();
+    std::size_t turn = 0;
+    auto chat = [&](const std::string& key) {
+        auto* gw = replicas[turn++ % replicas.size()];
+        return std::async(std::launch::async, [gw, key, start] {
+            auto r = gw->request(
+                {"POST", "/v1/chat/completions", {{"Authorization", "Bearer " + key}}, chat_body("m", "hi", 1, false)});
+            return Timed{r.status, r.body, steady::now() - start};
+        });
+    };
+    ASSERT_EQ(chat("k-free").get().status, 200) << "the first starts at once; the next slot is 500 ms away";
+    std::vector<std::future<Timed>> free;
+    for (int i = 0; i < 4; ++i) {
+        free.push_back(chat("k-free"));
+        std::this_thread::sleep_for(40ms);  // in order
+    }
+    double depth = 0;
+    for (int i = 0; i < 100 && depth < 4; ++i) {
+        depth = 0;
+        for (auto* gw : replicas) depth += metric_total(gateway_metrics(*gw), "tokengate_queue_depth");
+        if (depth < 4) std::this_thread::sleep_for(10ms);
+    }
+    ASSERT_EQ(depth, 4) << "four sheddable requests fill the queue";
+    auto vip_sent = steady::now() - start;
+    std::vector<std::future<Timed>> vip;
+    for (int i = 0; i < 2; ++i) vip.push_back(chat("k-vip"));
+    steady::duration vip_done{};
+    for (auto& f : vip) {
+        auto r = f.get();
+        EXPECT_EQ(r.status, 200) << r.body;
+        vip_done = std::max(vip_done, r.at);
+    }
+    std::vector<Timed> answers;
+    for (auto& f : free) answers.push_back(f.get());
+    for (std::size_t i = 0; i < 2; ++i) {
+        EXPECT_EQ(answers[i].status, 200) << "the oldest sheddable ones keep their places: " << answers[i].body;
+        if (answers[i].status == 200 && answers[i].at > vip_sent + 100ms) {
+            EXPECT_GT(answers[i].at, vip_done) << "served after the critical ones that came later";
+        }
+    }
+    for (std::size_t i = 2; i < 4; ++i) {
+        ASSERT_EQ(answers[i].status, 429) << "the newest sheddable ones lost their places: " << answers[i].body;
+        auto error = json::parse(answers[i].body)["error"];
+        EXPECT_EQ(error["code"], "rate_limit_exceeded");
+        EXPECT_NE(error["message"].get<std::string>().find("higher-priority"), std::string::npos) << error;
+        EXPECT_LT(answers[i].at, vip_done + 400ms) << "told when their place went, not at their old turn";
+    }
+    for (auto* gw : replicas) EXPECT_TRUE(gw->wait_settled(1)) << "every request settled, the displaced ones too";
+}
+
+const std::string k_priority_tenants =
+    "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
+    "tiers:\n  free: { priority: sheddable }\n  vip: { priority: critical }\n"
+    "tenants:\n  - { id: crowd, tier: free, keys: [\"k-free\"] }\n  - { id: bank, tier: vip, keys: [\"k-vip\"] }\n"
+    "global_limits:\n"
+    "  - { name: gpu, algorithm: leaky_bucket, mode: shape, capacity: 4, rate: 2/s, max_wait: 30s }\n";
+
+TEST(PriorityQueue, CriticalRequestsGoFirstAndTakeTheNewestSheddablePlaces) {
+    GatewayUnderTest gw(k_priority_tenants);
+    critical_requests_jump_the_queue({&gw});
 }
 
 }  // namespace

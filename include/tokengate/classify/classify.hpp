@@ -19,8 +19,9 @@ struct RequestFacts {
     std::string_view client_ip;
     std::size_t route = 0;
     std::string_view model;
-    config::Amounts reserved;    // what the request reserves, in every unit
-    std::string_view tenant_id;  // filled in by applicable_limits from the config
+    config::Amounts reserved;                                // what the request reserves, in every unit
+    std::string_view tenant_id;                              // filled in by applicable_limits from the config
+    config::Priority priority = config::Priority::standard;  // likewise
 };
 
 /// Every limit that applies to a request, at every level, as charges to decide on at once.

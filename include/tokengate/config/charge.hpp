@@ -28,10 +28,11 @@ struct Amounts {
 struct Charge {
     const LimitSpec* spec = nullptr;
     Level level = Level::tenant;
-    std::string key;                   // the bucket's identity: "<level>:<limit name>:<subject>"
-    double amount = 1;                 // the request's Amounts in the limit's unit (1 for requests)
-    std::string_view tenant;           // for fair queueing; points into the config snapshot
-    core::CalendarWindow window = {};  // quota: the window the store charged (filled by the decision)
+    std::string key;                         // the bucket's identity: "<level>:<limit name>:<subject>"
+    double amount = 1;                       // the request's Amounts in the limit's unit (1 for requests)
+    std::string_view tenant;                 // for fair queueing; points into the config snapshot
+    Priority priority = Priority::standard;  // the tenant's class, served in that order by a shaping queue
+    core::CalendarWindow window = {};        // quota: the window the store charged (filled by the decision)
 };
 
 }  // namespace tokengate::config

@@ -67,10 +67,18 @@ struct TurnWatch {
     std::function<void(const limiter::Charge&, core::Nanos waited)> waited;
 };
 
+/// How waiting for queue turns ended.
+struct TurnResult {
+    enum class Outcome { started, client_gone, displaced } outcome = Outcome::started;
+    const limiter::Charge* displaced_from = nullptr;  // displaced: the queue that gave its place away
+    bool started() const { return outcome == Outcome::started; }
+};
+
 /// Shaping (SPEC §4): waits until every queue the request was admitted to lets it start —
-/// a shared store's start time, or a local queue's ticket. False if the client went away
-/// meanwhile; its places are then given back.
-net::awaitable<bool> wait_for_turn(const core::Clock& clock, std::span<const limiter::Charge> charges,
-                                   const limiter::Decision& decision, TurnWatch watch);
+/// a shared store's start time, or a local queue's ticket. Unless every queue started it (the
+/// client went away, or a queue gave its place to higher-priority traffic, SPEC §13), its
+/// places in the others are given back.
+net::awaitable<TurnResult> wait_for_turn(const core::Clock& clock, std::span<const limiter::Charge> charges,
+                                         const limiter::Decision& decision, TurnWatch watch);
 
 }  // namespace tokengate::store

@@ -93,12 +93,24 @@ void Permit::settle(const config::Amounts& actual) {
     metrics_->settled.add({tenant_});
 }
 
-net::awaitable<bool> Permit::wait_turn(const core::Clock& clock, std::span<const limiter::Charge> charges,
-                                       store::TurnWatch watch) {
-    if (!decision_.must_wait()) co_return true;
-    bool started = co_await store::wait_for_turn(clock, charges, decision_, std::move(watch));
-    if (!started) settle({});  // never forwarded: every cost unit back
-    co_return started;
+net::awaitable<store::TurnResult> Permit::wait_turn(const core::Clock& clock, std::span<const limiter::Charge> charges,
+                                                    store::TurnWatch watch) {
+    if (!decision_.must_wait()) co_return store::TurnResult{};
+    auto turn = co_await store::wait_for_turn(clock, charges, decision_, std::move(watch));
+    if (!turn.started()) settle({});  // never forwarded: every cost unit back
+    co_return turn;
+}
+
+Rejection displaced(const limiter::Charge& queue) {
+    return {http::status::too_many_requests,
+            "requests",
+            "rate_limit_exceeded",
+            "Rate limit reached for " + std::string(config::to_string(queue.level)) + " limit '" + queue.spec->name +
+                "': while this request waited, its place in the queue went to higher-priority requests "
+                "(or the queue slowed past max_wait). Retry shortly.",
+            retry_in_a_second(),
+            config::to_string(queue.level),
+            queue.spec->name};
 }
 
 net::awaitable<std::variant<Permit, Rejection>> limit(store::Store& store, Admitted& admitted,

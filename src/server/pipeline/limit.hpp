@@ -41,10 +41,10 @@ public:
     /// The rate-limit headers every answer to this request carries (SPEC §6).
     const std::vector<limiter::HeaderField>& headers() const { return headers_; }
     void set_headers(std::vector<limiter::HeaderField> headers) { headers_ = std::move(headers); }
-    /// Shaping: waits for the request's turn in every queue; false if the client left first
-    /// (the permit is then settled at 0: nothing was forwarded).
-    net::awaitable<bool> wait_turn(const core::Clock& clock, std::span<const limiter::Charge> charges,
-                                   store::TurnWatch watch);
+    /// Shaping: waits for the request's turn in every queue. Unless it started (the client
+    /// left, or a queue displaced it) the permit is settled at 0: nothing was forwarded.
+    net::awaitable<store::TurnResult> wait_turn(const core::Clock& clock, std::span<const limiter::Charge> charges,
+                                                store::TurnWatch watch);
 
 private:
     limiter::Decision decision_;
@@ -63,6 +63,9 @@ private:
 net::awaitable<std::variant<Permit, Rejection>> limit(store::Store& store, Admitted& admitted,
                                                       const config::CostConfig& cost, std::string_view tenant,
                                                       GatewayMetrics& metrics, const core::Clock& clock);
+
+/// The 429 for a request a shaping queue displaced while it waited (SPEC §13).
+Rejection displaced(const limiter::Charge& queue);
 
 /// The quota gauges (tokengate_quota_used / _limit) from a decision's tenant quotas.
 void observe_quotas(const limiter::Decision& decision, std::string_view tenant, GatewayMetrics& metrics);

@@ -172,5 +172,110 @@ TEST(ShapeQueue, BecomesIdleOnceDrained) {
     EXPECT_TRUE(q.idle(clock.now()));
 }
 
+using config::Priority;
+
+TEST(ShapeQueue, CriticalStartsBeforeStandardAndStandardBeforeSheddable) {
+    core::ManualClock clock;
+    ShapeQueue q(shape(100, 10, 100'000 * k_ms));
+    auto origin = clock.now();
+    q.admit("x", 1, clock.now());  // starts at once; the next slot is at 100 ms
+    std::vector<std::uint64_t> shed, standard, critical, all;
+    for (int i = 0; i < 3; ++i) shed.push_back(q.admit("free", 1, clock.now(), Priority::sheddable).ticket);
+    for (int i = 0; i < 3; ++i) standard.push_back(q.admit("pro", 1, clock.now(), Priority::standard).ticket);
+    auto first_critical = q.admit("bank", 1, clock.now(), Priority::critical);
+    EXPECT_EQ(first_critical.start_at - origin, 100 * k_ms) << "admitted last, it is first in line";
+    critical.push_back(first_critical.ticket);
+    for (int i = 0; i < 2; ++i) critical.push_back(q.admit("bank", 1, clock.now(), Priority::critical).ticket);
+    for (auto* v : {&shed, &standard, &critical}) all.insert(all.end(), v->begin(), v->end());
+    auto started = run_queue(q, clock, all, origin);
+    ASSERT_EQ(started.size(), 9u);
+    for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(started[critical[i]], 100 * (i + 1)) << "critical " << i;
+        EXPECT_EQ(started[standard[i]], 100 * (i + 4)) << "standard " << i;
+        EXPECT_EQ(started[shed[i]], 100 * (i + 7)) << "sheddable " << i;
+    }
+}
+
+TEST(ShapeQueue, FairQueueingWorksWithinEachClass) {
+    core::ManualClock clock;
+    ShapeQueue q(shape(100, 10, 100'000 * k_ms, /*fair=*/true));
+    auto origin = clock.now();
+    q.admit("x", 1, clock.now());
+    auto low = q.admit("free", 1, clock.now(), Priority::sheddable).ticket;
+    std::vector<std::uint64_t> a, b;
+    for (int i = 0; i < 3; ++i) a.push_back(q.admit("a", 1, clock.now(), Priority::critical).ticket);
+    b.push_back(q.admit("b", 1, clock.now(), Priority::critical).ticket);
+    auto started = run_queue(q, clock, {low, a[0], a[1], a[2], b[0]}, origin);
+    EXPECT_EQ(started[a[0]], 100);
+    EXPECT_EQ(started[b[0]], 200) << "b's one request is not behind a's burst";
+    EXPECT_EQ(started[a[1]], 300);
+    EXPECT_EQ(started[a[2]], 400);
+    EXPECT_EQ(started[low], 500);
+}
+
+TEST(ShapeQueue, AFullQueueDisplacesTheNewestRequestOfTheLowestClassBelow) {
+    core::ManualClock clock;
+    ShapeQueue q(shape(3, 1, 100'000 * k_ms));
+    q.admit("x", 1, clock.now());  // starts at once
+    auto s1 = q.admit("free", 1, clock.now(), Priority::sheddable).ticket;
+    auto s2 = q.admit("free", 1, clock.now(), Priority::sheddable).ticket;
+    auto p1 = q.admit("pro", 1, clock.now(), Priority::standard).ticket;
+    ASSERT_EQ(q.waiting(), 3u);
+    EXPECT_FALSE(q.admit("free", 1, clock.now(), Priority::sheddable).verdict.admitted) << "full, nobody below";
+    int s2_woken = 0;
+    q.set_waker(s2, [&] { ++s2_woken; });
+    auto c1 = q.admit("bank", 1, clock.now(), Priority::critical);
+    ASSERT_TRUE(c1.verdict.admitted);
+    EXPECT_EQ(c1.displaces, s2) << "the newest sheddable one goes first";
+    EXPECT_EQ(s2_woken, 1) << "its holder is told at once";
+    EXPECT_EQ(q.waiting(), 3u);
+    EXPECT_TRUE(q.holds_tickets());
+    auto told = q.try_start(s2, clock.now());
+    EXPECT_TRUE(told.displaced);
+    EXPECT_FALSE(told.started);
+    EXPECT_TRUE(q.try_start(s2, clock.now()).unknown) << "told once";
+
+    EXPECT_EQ(q.admit("bank", 1, clock.now(), Priority::critical).displaces, s1);
+    auto c3 = q.admit("bank", 1, clock.now(), Priority::critical);
+    EXPECT_EQ(c3.displaces, p1) << "no sheddable one left: the newest standard one";
+    auto refused = q.admit("bank", 1, clock.now(), Priority::critical);
+    EXPECT_FALSE(refused.verdict.admitted) << "a queue full of its own class refuses it";
+    EXPECT_GT(refused.verdict.retry_after, 0);
+    EXPECT_EQ(q.waiting(), 3u);
+    EXPECT_TRUE(q.try_start(s1, clock.now()).displaced);
+    EXPECT_TRUE(q.try_start(p1, clock.now()).displaced);
+    EXPECT_EQ(q.try_start(c1.ticket, clock.now()).wait_until, clock.now() + 1000 * k_ms);
+}
+
+TEST(ShapeQueue, AWaitingRequestPushedPastMaxWaitIsDisplaced) {
+    core::ManualClock clock;
+    ShapeQueue q(shape(100, 10, 1000 * k_ms));
+    q.admit("x", 1, clock.now());  // the next slot is at 100 ms
+    std::vector<std::uint64_t> shed;
+    for (int i = 0; i < 5; ++i) shed.push_back(q.admit("free", 1, clock.now(), Priority::sheddable).ticket);
+    for (int i = 0; i < 8; ++i) ASSERT_TRUE(q.admit("bank", 1, clock.now(), Priority::critical).verdict.admitted) << i;
+    // The critical ones take 100–800 ms; the sheddable ones move to 900–1300 ms, and max_wait is
+    // 1 s (with a tenth of it, and 50 ms, allowed for drift).
+    EXPECT_EQ(q.try_start(shed[0], clock.now()).wait_until - clock.now(), 900 * k_ms);
+    EXPECT_EQ(q.try_start(shed[2], clock.now()).wait_until - clock.now(), 1100 * k_ms);
+    EXPECT_TRUE(q.try_start(shed[3], clock.now()).displaced) << "1200 ms is past 1 s + 150 ms";
+    EXPECT_TRUE(q.try_start(shed[4], clock.now()).displaced) << "it moved up to 1200 ms, still too late";
+    EXPECT_EQ(q.waiting(), 11u);
+}
+
+TEST(ShapeQueue, ALowerRatePushesWaitersPastMaxWaitToo) {
+    core::ManualClock clock;
+    auto spec = shape(100, 10, 1000 * k_ms);
+    ShapeQueue q(spec);
+    q.admit("x", 1, clock.now());
+    std::vector<std::uint64_t> t;
+    for (int i = 0; i < 9; ++i) t.push_back(q.admit("a", 1, clock.now()).ticket);  // 100–900 ms
+    spec.rate_per_s = 5;  // an adaptive rate halved: 200 ms slots after the one running
+    q.reconfigure(spec);
+    EXPECT_EQ(q.try_start(t[4], clock.now()).wait_until - clock.now(), 900 * k_ms);
+    EXPECT_EQ(q.try_start(t[5], clock.now()).wait_until - clock.now(), 1100 * k_ms);
+    EXPECT_TRUE(q.try_start(t[6], clock.now()).displaced) << "1300 ms";
+}
+
 }  // namespace
 }  // namespace tokengate::limiter

@@ -303,11 +303,11 @@ TEST(LimitStage, AQueuedRequestStartsWhenTheClockReachesItsTurn) {
     std::function<void()> on_gone;
     int waited = 0;
     store::TurnWatch watch{gone, on_gone, [&](const limiter::Charge&, core::Nanos) { ++waited; }};
-    EXPECT_TRUE(s.run(starts_now.wait_turn(s.clock, a.charges, watch)));
+    EXPECT_TRUE(s.run(starts_now.wait_turn(s.clock, a.charges, watch)).started());
 
     std::optional<bool> started;
     net::co_spawn(s.ioc, waits.wait_turn(s.clock, a.charges, watch),
-                  [&](std::exception_ptr, bool ok) { started = ok; });
+                  [&](std::exception_ptr, store::TurnResult turn) { started = turn.started(); });
     s.ioc.restart();
     for (int i = 0; i < 50; ++i) s.ioc.poll_one();
     EXPECT_FALSE(started) << "its slot is a second away on the clock";
@@ -329,7 +329,7 @@ TEST(LimitStage, AClientThatLeavesTheQueueGetsEverythingBack) {
     auto& waits = std::get<Permit>(second);
     std::optional<bool> started;
     net::co_spawn(s.ioc, waits.wait_turn(s.clock, a.charges, watch),
-                  [&](std::exception_ptr, bool ok) { started = ok; });
+                  [&](std::exception_ptr, store::TurnResult turn) { started = turn.started(); });
     s.ioc.restart();
     for (int i = 0; i < 10; ++i) s.ioc.poll_one();
     ASSERT_FALSE(started);
