@@ -185,6 +185,22 @@ struct Loader {
         if (root["ip_limits"]) config.ip_limits = limits(root["ip_limits"], "ip_limits");
         if (root["global_limits"]) config.global_limits = limits(root["global_limits"], "global_limits");
         if (root["overload"]) overload(root["overload"]);
+        rank_shaping_queues();
+    }
+
+    /// A shaping queue serves priority classes in order only where there is more than one: a
+    /// shared store then keeps it as a queue of places, not of start times handed out at once.
+    void rank_shaping_queues() {
+        std::set<Priority> classes;
+        for (const auto& t : config.tenants) classes.insert(t.priority);
+        if (classes.size() < 2) return;
+        auto rank = [](std::vector<LimitSpec>& specs) {
+            for (auto& l : specs) l.ranked = l.algorithm == Algorithm::leaky_bucket && l.mode == LeakyMode::shape;
+        };
+        for (auto& t : config.tenants) rank(t.limits);
+        for (auto& route : config.routes) rank(route.limits);
+        rank(config.ip_limits);
+        rank(config.global_limits);
     }
 
     void overload(const YAML::Node& n) {

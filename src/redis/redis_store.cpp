@@ -323,6 +323,41 @@ net::awaitable<Decision> RedisStore::run_decision(std::span<const Charge> charge
     co_return fallback(charges, commit);
 }
 
+net::awaitable<limiter::ShapeQueue::StartCheck> RedisStore::queue_turn(const Decision& decision, const Charge& charge,
+                                                                       std::uint64_t ticket) {
+    if (decision.settle_with != this || !charge.spec->ranked)
+        co_return co_await store::Store::queue_turn(decision, charge, ticket);
+    auto* client = client_here();
+    // A queue that cannot be asked does not hold the request: it was admitted, it starts.
+    limiter::ShapeQueue::StartCheck cannot_ask{false, true, clock_.now()};
+    if (!client || stopping_.load() || !breaker_.allow()) co_return cannot_ask;
+    auto r = co_await call(
+        *client, turn_call("", options_.config.prefix, charge, decision.lease, ticket, false, script_now_us()).args);
+    auto now = clock_.now();
+    if (r.ok())
+        if (auto check = parse_turn(r.reply, now)) {
+            breaker_.record(true);
+            note_success();
+            check->wait_until = std::min(check->wait_until, now + k_turn_poll);
+            co_return *check;
+        }
+    if (r.ok()) spdlog::error("redis script: unexpected reply to a queue turn");
+    breaker_.record(false);
+    note_failure(r.error);
+    co_return cannot_ask;
+}
+
+net::awaitable<void> RedisStore::queue_leave(const Decision& decision, const Charge& charge, std::uint64_t ticket) {
+    if (decision.settle_with != this || !charge.spec->ranked) {
+        co_await store::Store::queue_leave(decision, charge, ticket);
+        co_return;
+    }
+    // Not waited for: a place nobody asks about is dropped by Redis within 5 s anyway.
+    if (auto* client = client_here(); client && !stopping_.load())
+        co_await call(
+            *client, turn_call("", options_.config.prefix, charge, decision.lease, ticket, true, script_now_us()).args);
+}
+
 Decision RedisStore::fallback(std::span<const Charge> charges, bool commit) {
     auto policy = options_.config.on_error;
     if (commit && events_.fallback) events_.fallback(policy_name(policy));

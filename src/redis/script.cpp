@@ -5,6 +5,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "tokengate/core/saturate.hpp"
+
 namespace tokengate::redis {
 
 namespace {
@@ -14,7 +16,9 @@ namespace {
 // number past int64 comes back as garbage, so durations saturate at 2^62 ns as in
 // core::k_forever): durations in nanoseconds, remaining as a %.17g string (1e15 units in
 // millionths would not fit). The arithmetic mirrors limiter::RateBucket (GCRA), ConcurrencyGauge
-// and ShapeQueue (FIFO), so a shared store admits exactly what one process would.
+// and ShapeQueue, so a shared store admits exactly what one process would. A shaping queue is
+// kept as start times handed out at admission ('s': FIFO), or, when its tenants are of several
+// priority classes, as a queue of places that each waiter asks about until it is first ('p').
 constexpr std::string_view k_script = R"lua(
 local op = ARGV[1]
 local now
@@ -115,11 +119,72 @@ local function dur(x)
   if x ~= x or x > FOREVER then return FOREVER elseif x < -FOREVER then return -FOREVER end
   return x
 end
+
+-- A ranked queue ('p'): <key> holds the next free start; <key>:t the waiting places
+-- ("<ticket>|<units>") scored by class * RANK + arrival; <key>:h the same places scored by when
+-- their holder must next ask (a replica that died stops asking and its places go); <key>:c each
+-- ticket's latest start (its admission + max_wait); <key>:d the tickets displaced and not yet told.
+local RANK = 2^40
+local HOLD = 5000000  -- us: a waiter asks at least every 0.5 s (RedisStore::k_turn_poll)
+local function place_ticket(member) return string.match(member, '^(.*)|') end
+local function drop_place(key, member)
+  redis.call('ZREM', key .. ':t', member)
+  redis.call('ZREM', key .. ':h', member)
+  redis.call('HDEL', key .. ':c', place_ticket(member))
+end
+local function purge_places(key)
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', key .. ':h', '-inf', now)) do drop_place(key, m) end
+end
+-- The units of the places ranked before `rank`, and how many they are.
+local function units_before(key, rank)
+  local sum, ids = 0, redis.call('ZRANGEBYSCORE', key .. ':t', '-inf', '(' .. string.format('%.17g', rank))
+  for _, m in ipairs(ids) do sum = sum + tonumber(string.match(m, '|([^|]+)$')) end
+  return sum, #ids
+end
+local function keep_places(key, ttl)
+  for _, suffix in ipairs({':t', ':h', ':c', ':d', ':n'}) do
+    if redis.call('EXISTS', key .. suffix) == 1 then redis.call('PEXPIRE', key .. suffix, ttl) end
+  end
+end
+
+-- A waiter asks whether its place has come: ARGV[3] its place, ARGV[4] the rate, ARGV[5] the
+-- drift allowed past its latest start (us); or leaves.
+-- Reply {outcome, wait_ns}: 0 wait, 1 started, 2 displaced, 3 unknown.
+if op == 'turn' or op == 'leave' then
+  local key, member = KEYS[1], ARGV[3]
+  local ticket = place_ticket(member)
+  local was_displaced = redis.call('SREM', key .. ':d', ticket) == 1
+  if op == 'leave' then
+    drop_place(key, member)
+    return {3, 0}
+  end
+  if was_displaced then return {2, 0} end
+  purge_places(key)
+  local rank = redis.call('ZSCORE', key .. ':t', member)
+  if not rank then return {3, 0} end
+  local rate = tonumber(ARGV[4])
+  local next_free = tonumber(redis.call('GET', key) or '0')
+  local ahead, n = units_before(key, tonumber(rank))
+  local start = math.max(now, next_free) + ahead * 1e6 / rate
+  if start > tonumber(redis.call('HGET', key .. ':c', ticket) or '0') + tonumber(ARGV[5]) then
+    drop_place(key, member)
+    return {2, 0}
+  end
+  if n == 0 and next_free <= now then
+    drop_place(key, member)
+    local after = now + tonumber(string.match(member, '|([^|]+)$')) * 1e6 / rate
+    redis.call('SET', key, num(after), 'PX', ms((after - now) / 1000 + 1000))
+    return {1, 0}
+  end
+  redis.call('ZADD', key .. ':h', now + HOLD, member)
+  return {0, dur(start - now)}
+end
+
 local out = {math.floor(now + 0.5), 1}
 local state = {}
 local allowed = true
 for i, key in ipairs(KEYS) do
-  local b = 5 + (i - 1) * 7
+  local b = 5 + (i - 1) * 8
   local kind, cap_s, rate_s = ARGV[b], ARGV[b + 1], ARGV[b + 2]
   local cap, rate, amount = tonumber(cap_s), tonumber(rate_s), tonumber(ARGV[b + 3])
   local enforce = ARGV[b + 4] == '1'
@@ -168,6 +233,41 @@ for i, key in ipairs(KEYS) do
     admitted = used + amount <= cap + EPS
     if admitted then remaining = cap - used - amount else remaining = cap - used end
     if amount > cap then retry = -1 elseif not admitted then retry = 1e6 end
+  elseif kind == 'p' then
+    purge_places(key)
+    local next_free = tonumber(redis.call('GET', key) or '0')
+    local waiting = redis.call('ZCARD', key .. ':t')
+    local max_wait, units, class = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7])
+    local start = math.max(now, next_free)
+    s.next_free, s.class, s.units_s, s.max_wait = start + units * 1e6 / rate, class, ARGV[b + 6], max_wait
+    if units * 1e6 / rate > max_wait + EPS then
+      retry, remaining, until_full = -1, cap - waiting, start - now
+    elseif waiting == 0 and next_free <= now then
+      admitted, remaining = true, cap
+    else
+      -- Every place of its class or a higher one is ahead of it; a full queue gives it the
+      -- newest place of the lowest class below its own.
+      local ahead = units_before(key, (class + 1) * RANK)
+      local mine = start + ahead * 1e6 / rate
+      local victim
+      if waiting + 1 > cap then
+        local last = redis.call('ZRANGE', key .. ':t', -1, -1, 'WITHSCORES')
+        if last[1] and tonumber(last[2]) >= (class + 1) * RANK then victim = last[1] end
+      end
+      until_full = mine - now
+      if waiting + 1 > cap and not victim then
+        remaining = 0
+        retry = math.max(0.001, start - now)
+      elseif mine - now > max_wait + EPS then
+        remaining = cap - waiting
+        retry = mine - now - max_wait
+      else
+        admitted = true
+        remaining = cap - waiting - (victim and 0 or 1)
+        wait, extra = mine - now, 1
+        s.victim, s.queued = victim, true
+      end
+    end
   else
     local qkey = key .. ':q'
     local next_free = tonumber(redis.call('GET', key) or '0')
@@ -215,13 +315,27 @@ for i, key in ipairs(KEYS) do
   if s.admitted then
     if s.kind == 'q' then
       -- Kept a day past the window's end, for settlements still on their way.
-      redis.call('HINCRBYFLOAT', key, 'u', ARGV[5 + (i - 1) * 7 + 3])
+      redis.call('HINCRBYFLOAT', key, 'u', ARGV[5 + (i - 1) * 8 + 3])
       redis.call('PEXPIRE', key, ms(s.left / 1000 + 86400000))
     elseif s.kind == 'r' then
       save_rate(key, s.tat, s.cap_s, s.rate_s)
     elseif s.kind == 'c' then
-      redis.call('ZADD', key, now + lease_ms * 1000, lease .. '|' .. ARGV[5 + (i - 1) * 7 + 3])
+      redis.call('ZADD', key, now + lease_ms * 1000, lease .. '|' .. ARGV[5 + (i - 1) * 8 + 3])
       redis.call('PEXPIRE', key, ms(lease_ms))
+    elseif s.kind == 'p' then
+      if s.queued then
+        if s.victim then
+          drop_place(key, s.victim)
+          redis.call('SADD', key .. ':d', place_ticket(s.victim))
+        end
+        local member = lease .. ':' .. i .. '|' .. s.units_s
+        redis.call('ZADD', key .. ':t', s.class * RANK + redis.call('INCR', key .. ':n'), member)
+        redis.call('ZADD', key .. ':h', now + HOLD, member)  -- its first ask is due within that
+        redis.call('HSET', key .. ':c', lease .. ':' .. i, num(now + s.max_wait))
+        keep_places(key, ms(s.max_wait / 1000 + 60000))
+      else
+        redis.call('SET', key, num(s.next_free), 'PX', ms((s.next_free - now) / 1000 + 1000))
+      end
     else
       local ttl = ms((s.next_free - now) / 1000 + 1000)
       redis.call('SET', key, num(s.next_free), 'PX', ttl)
@@ -238,7 +352,7 @@ return out
 char kind_of(const config::LimitSpec& spec) {
     if (spec.algorithm == config::Algorithm::concurrency) return 'c';
     if (spec.algorithm == config::Algorithm::quota) return 'q';
-    if (limiter::is_shaping(spec)) return 's';
+    if (limiter::is_shaping(spec)) return spec.ranked ? 'p' : 's';
     return 'r';
 }
 
@@ -257,6 +371,17 @@ std::string key_for(std::string_view prefix, const limiter::Charge& c, const cor
 }
 
 double micros(core::Nanos ns) { return static_cast<double>(ns) / 1000.0; }
+
+double max_wait_us(const config::LimitSpec& spec) {
+    // Without max_wait, a request may wait as long as a full queue of single units takes.
+    double max_wait_s = spec.max_wait > 0 ? static_cast<double>(spec.max_wait) / 1e9 : spec.capacity / spec.rate_per_s;
+    return max_wait_s * 1e6;
+}
+
+/// The schedule a request holds in a shaping queue, as the script reads it.
+std::string place_units(const limiter::Charge& c) {
+    return number_text(c.spec->unit == config::Unit::cost ? c.amount : 1.0);
+}
 
 std::string time_arg(double now_us) { return now_us < 0 ? std::string() : number_text(now_us); }
 
@@ -294,7 +419,7 @@ ScriptCall decide_call(std::string_view sha, std::string_view prefix, std::span<
                        std::string_view lease, double lease_ms, double now_us) {
     ScriptCall call;
     auto& a = call.args;
-    a.reserve(3 + charges.size() * 8 + 4);
+    a.reserve(3 + charges.size() * 9 + 4);
     a.emplace_back("EVALSHA");
     a.emplace_back(sha);
     a.push_back(std::to_string(charges.size()));
@@ -312,17 +437,17 @@ ScriptCall decide_call(std::string_view sha, std::string_view prefix, std::span<
         a.push_back(number_text(spec.current_rate()));
         a.push_back(number_text(c.amount));
         a.emplace_back(spec.enforce ? "1" : "0");
-        if (kind == 's') {
-            // Without max_wait, a request may wait as long as a full queue of single units takes.
-            double max_wait_s =
-                spec.max_wait > 0 ? static_cast<double>(spec.max_wait) / 1e9 : spec.capacity / spec.rate_per_s;
-            a.push_back(number_text(max_wait_s * 1e6));
-            a.push_back(number_text(spec.unit == config::Unit::cost ? c.amount : 1.0));
+        if (kind == 's' || kind == 'p') {
+            a.push_back(number_text(max_wait_us(spec)));
+            a.push_back(place_units(c));
+            a.push_back(std::to_string(static_cast<int>(c.priority)));
         } else if (kind == 'q') {
             a.push_back(number_text(micros(std::max<core::Nanos>(0, windows[i].end - unix_now))));
             a.emplace_back("0");
+            a.emplace_back("0");
         } else {
             a.push_back(number_text(spec.algorithm == config::Algorithm::token_bucket ? spec.initial : 1.0));
+            a.emplace_back("0");
             a.emplace_back("0");
         }
     }
@@ -419,7 +544,9 @@ std::optional<limiter::Decision> parse_decision(const Reply& reply, std::span<co
         v.retry_after = e[3].integer < 0 ? -1 : e[3].integer;
         v.never = v.retry_after < 0;
         s.wait = e[4].integer;
-        s.quota_added = *added;
+        // A ranked queue's waiter holds a place to ask about (its index + 1); s.wait estimates its turn.
+        if (kind_of(*charges[i].spec) == 'p') s.ticket = *added > 0 && v.admitted ? i + 1 : 0;
+        else s.quota_added = *added;
     }
     limiter::resolve(d);
     if (d.allowed != (reply.elements[1].integer != 0)) {
@@ -427,6 +554,39 @@ std::optional<limiter::Decision> parse_decision(const Reply& reply, std::span<co
         return std::nullopt;
     }
     return d;
+}
+
+ScriptCall turn_call(std::string_view sha, std::string_view prefix, const limiter::Charge& charge,
+                     std::string_view lease, std::uint64_t ticket, bool leave, double now_us) {
+    const auto& spec = *charge.spec;
+    // The drift a waiter may run behind its latest start, as ShapeQueue allows.
+    double drift_us = max_wait_us(spec) / 10 + 50'000;
+    ScriptCall call;
+    call.args = {"EVALSHA",
+                 std::string(sha),
+                 "1",
+                 std::string(prefix) + charge.key,
+                 leave ? "leave" : "turn",
+                 time_arg(now_us),
+                 std::string(lease) + ":" + std::to_string(ticket) + "|" + place_units(charge),
+                 number_text(spec.current_rate()),
+                 number_text(drift_us)};
+    return call;
+}
+
+std::optional<limiter::ShapeQueue::StartCheck> parse_turn(const Reply& reply, core::Nanos now) {
+    if (reply.type != Reply::Type::array || reply.elements.size() != 2 || !is_integer(reply.elements[0]) ||
+        !is_integer(reply.elements[1]))
+        return std::nullopt;
+    limiter::ShapeQueue::StartCheck check;
+    switch (reply.elements[0].integer) {
+        case 0: check.wait_until = now + std::clamp<std::int64_t>(reply.elements[1].integer, 0, core::k_forever); break;
+        case 1: check.started = true; break;
+        case 2: check.displaced = true; break;
+        case 3: check.unknown = true; break;
+        default: return std::nullopt;
+    }
+    return check;
 }
 
 void as_eval(std::vector<std::string>& args) {

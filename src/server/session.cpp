@@ -251,7 +251,7 @@ private:
 
         start_watching();
         if (permit.decision().must_wait()) {
-            auto turn = co_await permit.wait_turn(services_.clock, admitted.charges, turn_watch());
+            auto turn = co_await permit.wait_turn(*services_.store, services_.clock, admitted.charges, turn_watch());
             if (!turn.started()) co_await stop_watching();
             if (turn.displaced_from) co_return co_await refuse(pipeline::displaced(*turn.displaced_from), rec, reply);
             if (!turn.started()) {

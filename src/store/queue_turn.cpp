@@ -19,8 +19,21 @@ net::steady_timer::time_point at(core::Nanos t) { return net::steady_timer::time
 
 }  // namespace
 
-net::awaitable<TurnResult> wait_for_turn(const core::Clock& clock, std::span<const limiter::Charge> charges,
-                                         const limiter::Decision& decision, TurnWatch watch) {
+net::awaitable<limiter::ShapeQueue::StartCheck> Store::queue_turn(const limiter::Decision& decision,
+                                                                  const limiter::Charge& charge, std::uint64_t ticket) {
+    if (!decision.settle_with) co_return limiter::ShapeQueue::StartCheck{false, true, 0};
+    co_return decision.settle_with->queue_try_start(charge, ticket);
+}
+
+net::awaitable<void> Store::queue_leave(const limiter::Decision& decision, const limiter::Charge& charge,
+                                        std::uint64_t ticket) {
+    if (decision.settle_with) decision.settle_with->queue_cancel(charge, ticket);
+    co_return;
+}
+
+net::awaitable<TurnResult> wait_for_turn(Store& queues, const core::Clock& clock,
+                                         std::span<const limiter::Charge> charges, const limiter::Decision& decision,
+                                         TurnWatch watch) {
     auto* store = decision.settle_with;
     auto decided_at = clock.now();
     auto ex = co_await net::this_coro::executor;
@@ -36,29 +49,30 @@ net::awaitable<TurnResult> wait_for_turn(const core::Clock& clock, std::span<con
     TurnResult result;
     bool ok = true;
     for (std::size_t i = 0; i < charges.size(); ++i) {
-        // A shared store hands out the start time itself: wait for it here.
-        if (auto wait = decision.statuses[i].wait; wait > 0 && ok) {
+        // A shared store hands out the start time itself: wait for it here. (Where it holds a
+        // place instead, the wait is only an estimate: the place is asked about below.)
+        auto ticket = decision.statuses[i].ticket;
+        if (auto wait = decision.statuses[i].wait; wait > 0 && ok && !ticket) {
             timer->expires_at(at(decided_at + wait));
             while (!watch.client_gone && clock.now() < decided_at + wait) co_await timer->async_wait(k_use);
             if (watch.client_gone) ok = false, result.outcome = TurnResult::Outcome::client_gone;
             else if (watch.waited) watch.waited(charges[i], wait);
         }
-        auto ticket = decision.statuses[i].ticket;
         if (!ticket || !store) continue;
         if (!ok) {
-            store->queue_cancel(charges[i], ticket);
+            co_await queues.queue_leave(decision, charges[i], ticket);
             continue;
         }
         store->queue_set_waker(charges[i], ticket, wake);
         auto queued_at = clock.now();
         for (;;) {
             if (watch.client_gone) {
-                store->queue_cancel(charges[i], ticket);
+                co_await queues.queue_leave(decision, charges[i], ticket);
                 ok = false;
                 result.outcome = TurnResult::Outcome::client_gone;
                 break;
             }
-            auto check = store->queue_try_start(charges[i], ticket);
+            auto check = co_await queues.queue_turn(decision, charges[i], ticket);
             if (check.displaced) {
                 ok = false;
                 result = {TurnResult::Outcome::displaced, &charges[i]};

@@ -73,6 +73,14 @@ struct Fixture {
         if (!out) throw std::runtime_error("no decision");
         return *out;
     }
+    limiter::ShapeQueue::StartCheck turn(const Decision& decision, const Charge& c, std::uint64_t ticket) {
+        std::optional<limiter::ShapeQueue::StartCheck> out;
+        net::co_spawn(ioc, store.queue_turn(decision, c, ticket),
+                      [&](std::exception_ptr, limiter::ShapeQueue::StartCheck check) { out = check; });
+        run_until([&] { return out.has_value(); });
+        if (!out) throw std::runtime_error("no turn");
+        return *out;
+    }
     void run_until(const std::function<bool()>& done, std::chrono::milliseconds timeout = 5s) {
         for (auto deadline = std::chrono::steady_clock::now() + timeout;
              !done() && std::chrono::steady_clock::now() < deadline;)
@@ -270,6 +278,67 @@ TEST(RedisStore, ShapingHandsOutStartSlotsAtTheRate) {
     auto next = f.run(true, charges);
     ASSERT_TRUE(next.allowed);
     EXPECT_EQ(next.statuses[0].wait, 550'000'000);
+}
+
+TEST(RedisStore, ARankedQueueServesClassesInTheMemoryQueuesOrder) {
+    REQUIRE_REDIS();
+    RedisServer redis;
+    core::ManualClock fake;
+    Fixture f(redis, &fake);
+    store::MemoryStore memory(fake);
+    auto gpu = spec("gpu", Algorithm::leaky_bucket, 3, 10);
+    gpu.mode = config::LeakyMode::shape;
+    gpu.max_wait = 10 * core::k_nanos_per_second;
+    gpu.ranked = true;  // tenants of several classes share it
+    using config::Priority;
+    // One starts at once; a sheddable, a standard and a critical one fill the queue (3); a
+    // second critical one takes the sheddable one's place.
+    std::vector<Priority> arrivals = {Priority::standard, Priority::sheddable, Priority::standard, Priority::critical,
+                                      Priority::critical};
+    struct Waiter {
+        std::vector<Charge> charges;
+        Decision in_memory, in_redis;
+        core::Nanos memory_start = -1, redis_start = -1;
+        bool memory_displaced = false, redis_displaced = false;
+    };
+    std::vector<Waiter> waiters;
+    for (std::size_t i = 0; i < arrivals.size(); ++i) {
+        auto c = charge(gpu, Level::global, "*", 1);
+        c.priority = arrivals[i];
+        Waiter w{{c}, memory.decide(std::vector<Charge>{c}), f.run(true, {c})};
+        ASSERT_TRUE(w.in_memory.allowed) << i;
+        ASSERT_TRUE(w.in_redis.allowed) << i;
+        EXPECT_EQ(w.in_memory.statuses[0].ticket != 0, w.in_redis.statuses[0].ticket != 0) << i;
+        waiters.push_back(std::move(w));
+    }
+    EXPECT_EQ(waiters[4].in_redis.statuses[0].wait, 200'000'000) << "second in line, behind the first critical one";
+    EXPECT_FALSE(f.run(true, {waiters[2].charges}).allowed) << "a standard one: the queue holds none it outranks";
+    auto origin = fake.now();
+    for (int step = 0; step < 100; ++step) {
+        for (auto& w : waiters) {
+            auto ticket = w.in_memory.statuses[0].ticket;
+            if (!ticket) continue;
+            if (w.memory_start < 0 && !w.memory_displaced) {
+                auto m = memory.queue_try_start(w.charges[0], ticket);
+                if (m.started) w.memory_start = fake.now() - origin;
+                w.memory_displaced = m.displaced;
+            }
+            if (w.redis_start < 0 && !w.redis_displaced) {
+                auto r = f.turn(w.in_redis, w.charges[0], w.in_redis.statuses[0].ticket);
+                if (r.started) w.redis_start = fake.now() - origin;
+                w.redis_displaced = r.displaced;
+            }
+        }
+        fake.advance(10ms);
+    }
+    for (std::size_t i = 1; i < waiters.size(); ++i) {
+        EXPECT_EQ(waiters[i].memory_start, waiters[i].redis_start) << i;
+        EXPECT_EQ(waiters[i].memory_displaced, waiters[i].redis_displaced) << i;
+    }
+    EXPECT_TRUE(waiters[1].redis_displaced) << "the sheddable one";
+    EXPECT_EQ(waiters[3].redis_start, 100'000'000) << "the first critical one";
+    EXPECT_EQ(waiters[4].redis_start, 200'000'000);
+    EXPECT_EQ(waiters[2].redis_start, 300'000'000) << "then the standard one";
 }
 
 TEST(RedisStore, NoscriptAfterScriptFlushIsRecovered) {

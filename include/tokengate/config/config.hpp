@@ -53,7 +53,8 @@ struct LimitSpec {
     core::Nanos max_wait = 0;  // leaky shape only
     bool enforce = true;
     bool fair = false;
-    std::vector<std::string> models;                          // glob patterns; empty = every model
+    bool ranked = false;              // leaky shape: its tenants are of more than one priority class (SPEC §13)
+    std::vector<std::string> models;  // glob patterns; empty = every model
     core::CalendarPeriod period = core::CalendarPeriod::day;  // quota only
     const date::time_zone* zone = nullptr;                    // quota only: quotas.timezone
     std::optional<AdaptiveRate> adaptive;                     // token/leaky only

@@ -90,6 +90,17 @@ public:
         return !connected() && options_.config.on_error == config::OnStoreError::fail_closed;
     }
 
+    /// Shaping on a ranked queue (kept in Redis as places, SPEC §13): asks Redis, at most every
+    /// k_turn_poll; other queues as the base class does.
+    boost::asio::awaitable<limiter::ShapeQueue::StartCheck> queue_turn(const limiter::Decision& decision,
+                                                                       const limiter::Charge& charge,
+                                                                       std::uint64_t ticket) override;
+    boost::asio::awaitable<void> queue_leave(const limiter::Decision& decision, const limiter::Charge& charge,
+                                             std::uint64_t ticket) override;
+    /// A waiter in a ranked queue asks again at least this often: to hear that it moved up or
+    /// was displaced, and to keep its place (Redis drops a place not asked about for 5 s).
+    static constexpr core::Nanos k_turn_poll = 500'000'000;
+
     /// Whether the calling thread has a connection ready.
     bool ready();
     /// Whether any connection of any thread is ready.

@@ -51,6 +51,13 @@ ScriptCall heartbeat_call(std::string_view sha, std::string_view prefix, std::st
 std::optional<limiter::Decision> parse_decision(const Reply& reply, std::span<const limiter::Charge> charges,
                                                 std::string& error);
 
+/// EVALSHA for a waiter in a ranked shaping queue ('p'): whether its place (`ticket` of the
+/// decision's `lease`) has come, or (`leave`) giving it back.
+ScriptCall turn_call(std::string_view sha, std::string_view prefix, const limiter::Charge& charge,
+                     std::string_view lease, std::uint64_t ticket, bool leave, double now_us);
+/// The reply of turn_call, with `now` the gateway's clock for wait_until; nothing if malformed.
+std::optional<limiter::ShapeQueue::StartCheck> parse_turn(const Reply& reply, core::Nanos now);
+
 /// Replaces the script's SHA1 (args[1]) by its text, turning EVALSHA into EVAL (after NOSCRIPT).
 void as_eval(std::vector<std::string>& args);
 

@@ -41,6 +41,15 @@ public:
     virtual std::size_t settlements_outstanding() const { return 0; }
     /// Closes the store's connections; the event loops have stopped.
     virtual void stop() {}
+
+    /// Shaping: a request `decision` queued asks whether its `ticket` in `charge`'s queue may
+    /// start (ShapeQueue::try_start), or gives the place back. Queues in this process answer at
+    /// once, through the decision's BucketStore; a shared store's ranked queues, after a round trip.
+    virtual net::awaitable<limiter::ShapeQueue::StartCheck> queue_turn(const limiter::Decision& decision,
+                                                                       const limiter::Charge& charge,
+                                                                       std::uint64_t ticket);
+    virtual net::awaitable<void> queue_leave(const limiter::Decision& decision, const limiter::Charge& charge,
+                                             std::uint64_t ticket);
 };
 
 /// `store.backend: memory`.
@@ -78,7 +87,8 @@ struct TurnResult {
 /// a shared store's start time, or a local queue's ticket. Unless every queue started it (the
 /// client went away, or a queue gave its place to higher-priority traffic, SPEC §13), its
 /// places in the others are given back.
-net::awaitable<TurnResult> wait_for_turn(const core::Clock& clock, std::span<const limiter::Charge> charges,
-                                         const limiter::Decision& decision, TurnWatch watch);
+net::awaitable<TurnResult> wait_for_turn(Store& store, const core::Clock& clock,
+                                         std::span<const limiter::Charge> charges, const limiter::Decision& decision,
+                                         TurnWatch watch);
 
 }  // namespace tokengate::store

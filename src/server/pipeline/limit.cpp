@@ -93,10 +93,10 @@ void Permit::settle(const config::Amounts& actual) {
     metrics_->settled.add({tenant_});
 }
 
-net::awaitable<store::TurnResult> Permit::wait_turn(const core::Clock& clock, std::span<const limiter::Charge> charges,
-                                                    store::TurnWatch watch) {
+net::awaitable<store::TurnResult> Permit::wait_turn(store::Store& store, const core::Clock& clock,
+                                                    std::span<const limiter::Charge> charges, store::TurnWatch watch) {
     if (!decision_.must_wait()) co_return store::TurnResult{};
-    auto turn = co_await store::wait_for_turn(clock, charges, decision_, std::move(watch));
+    auto turn = co_await store::wait_for_turn(store, clock, charges, decision_, std::move(watch));
     if (!turn.started()) settle({});  // never forwarded: every cost unit back
     co_return turn;
 }

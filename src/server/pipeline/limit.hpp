@@ -43,8 +43,8 @@ public:
     void set_headers(std::vector<limiter::HeaderField> headers) { headers_ = std::move(headers); }
     /// Shaping: waits for the request's turn in every queue. Unless it started (the client
     /// left, or a queue displaced it) the permit is settled at 0: nothing was forwarded.
-    net::awaitable<store::TurnResult> wait_turn(const core::Clock& clock, std::span<const limiter::Charge> charges,
-                                                store::TurnWatch watch);
+    net::awaitable<store::TurnResult> wait_turn(store::Store& store, const core::Clock& clock,
+                                                std::span<const limiter::Charge> charges, store::TurnWatch watch);
 
 private:
     limiter::Decision decision_;

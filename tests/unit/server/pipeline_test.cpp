@@ -303,10 +303,10 @@ TEST(LimitStage, AQueuedRequestStartsWhenTheClockReachesItsTurn) {
     std::function<void()> on_gone;
     int waited = 0;
     store::TurnWatch watch{gone, on_gone, [&](const limiter::Charge&, core::Nanos) { ++waited; }};
-    EXPECT_TRUE(s.run(starts_now.wait_turn(s.clock, a.charges, watch)).started());
+    EXPECT_TRUE(s.run(starts_now.wait_turn(s.store, s.clock, a.charges, watch)).started());
 
     std::optional<bool> started;
-    net::co_spawn(s.ioc, waits.wait_turn(s.clock, a.charges, watch),
+    net::co_spawn(s.ioc, waits.wait_turn(s.store, s.clock, a.charges, watch),
                   [&](std::exception_ptr, store::TurnResult turn) { started = turn.started(); });
     s.ioc.restart();
     for (int i = 0; i < 50; ++i) s.ioc.poll_one();
@@ -328,7 +328,7 @@ TEST(LimitStage, AClientThatLeavesTheQueueGetsEverythingBack) {
     store::TurnWatch watch{gone, on_gone, nullptr};
     auto& waits = std::get<Permit>(second);
     std::optional<bool> started;
-    net::co_spawn(s.ioc, waits.wait_turn(s.clock, a.charges, watch),
+    net::co_spawn(s.ioc, waits.wait_turn(s.store, s.clock, a.charges, watch),
                   [&](std::exception_ptr, store::TurnResult turn) { started = turn.started(); });
     s.ioc.restart();
     for (int i = 0; i < 10; ++i) s.ioc.poll_one();
