@@ -76,6 +76,46 @@ TEST(Simulate, SeedZeroShapeReleasesExactlyTwoASecond) {
     EXPECT_EQ(last, 0) << "every queued request started";
 }
 
+TEST(Simulate, AQueueOfPriorityClassesGivesASheddablePlaceToACriticalRequest) {
+    auto config = config::load_config_text(
+        "upstreams: [ { name: up, url: \"http://127.0.0.1:8000\" } ]\n"
+        "routes: [ { path: /v1/chat/completions, upstreams: [up] } ]\n"
+        "tiers: { free: { priority: sheddable }, vip: { priority: critical } }\n"
+        "tenants:\n"
+        "  - { id: crowd, tier: free, keys: "
+        "[\"sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\"] }\n"
+        "  - { id: bank, tier: vip, keys: "
+        "[\"sha256:f9505a739a8fb8e851942c3f973d4bbb2d4c4743a6b633090abf2f2be035d572\"] }\n"
+        "global_limits: [ { name: gpu, algorithm: leaky_bucket, mode: shape, capacity: 2, rate: 1/s, "
+        "max_wait: 10s } ]\n",
+        "priority.yaml");
+    // Three from the crowd (one starts, two wait: the queue is full), then one from the bank.
+    std::stringstream lines(
+        R"({"t": 0, "key": "test", "cost": 1})"
+        "\n"
+        R"({"t": 0.1, "key": "test", "cost": 1})"
+        "\n"
+        R"({"t": 0.2, "key": "test", "cost": 1})"
+        "\n"
+        R"({"t": 0.3, "key": "vip", "cost": 1})"
+        "\n");
+    TraceStats stats;
+    auto result = simulate(config, read_trace(lines, stats));
+    ASSERT_EQ(result.decisions.size(), 4u);
+    EXPECT_EQ(result.decisions[0].status, 200);
+    EXPECT_EQ(result.decisions[1].status, 200) << "the oldest waiting one keeps its place";
+    EXPECT_EQ(result.decisions[2].status, 429) << "the newest sheddable one lost its place";
+    EXPECT_EQ(result.decisions[3].status, 200);
+    EXPECT_NEAR(result.decisions[3].t + result.decisions[3].wait_s, 1.0, 1e-9) << "first in line";
+    EXPECT_NEAR(result.decisions[1].t + result.decisions[1].wait_s, 2.0, 1e-9) << "behind the critical one";
+    ASSERT_EQ(result.limits.size(), 1u);
+    EXPECT_EQ(result.limits[0].rejected, 1u);
+    double last = -1;
+    for (double v : result.limits[0].level)
+        if (!std::isnan(v)) last = v;
+    EXPECT_EQ(last, 0) << "the displaced one left the queue's count";
+}
+
 TEST(Simulate, UnknownKeysAreCountedAs401) {
     std::stringstream lines(
         R"({"t": 0, "key": "nobody", "cost": 1})"
