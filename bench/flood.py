@@ -124,6 +124,21 @@ async def run(adaptive, seconds):
     return samples, [(s - start, st, tt) for s, st, tt in results]
 
 
+async def offer(port, senders, seconds):
+    """Sends chats at fixed rates for `seconds`, each sender a (key, per second, results) that
+    chat() fills; then waits (up to 120 s) for the answers."""
+    tasks, start = [], time.monotonic()
+    due = [start] * len(senders)
+    while time.monotonic() - start < seconds:
+        now = time.monotonic()
+        for i, (key, per_s, results) in enumerate(senders):
+            while due[i] <= now:
+                tasks.append(asyncio.create_task(chat(port, key, results)))
+                due[i] += 1 / per_s
+        await asyncio.sleep(0.002)
+    await asyncio.wait(tasks, timeout=120)
+
+
 def p99(values):
     if not values:
         return float("nan")

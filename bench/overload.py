@@ -5,10 +5,10 @@
 in both runs, and what became of the flood.
     python3 bench/overload.py [--seconds 30]
 """
-import argparse, asyncio, os, subprocess, sys, tempfile, time
+import argparse, asyncio, os, subprocess, sys, tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from flood import BIN, chat, free_port, p99  # noqa: E402
+from flood import BIN, free_port, offer, p99  # noqa: E402
 
 QUEUE = int(os.environ.get("OVERLOAD_QUEUE", "2"))
 async def run(flood, seconds):
@@ -29,19 +29,8 @@ log: {{ access: "off", level: warn }}
              subprocess.Popen([BIN, "serve", "-c", f"{tmp}/gateway.yaml"], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)]
     await asyncio.sleep(1.0)
-    critical, crowd, tasks = [], [], []
-    start = time.monotonic()
-    next_c, next_f = start, start
-    while time.monotonic() - start < seconds:
-        now = time.monotonic()
-        while next_c <= now:
-            tasks.append(asyncio.create_task(chat(gw, "k-vip", critical)))
-            next_c += 1 / 8
-        while flood and next_f <= now:
-            tasks.append(asyncio.create_task(chat(gw, "k-free", crowd)))
-            next_f += 1 / 40
-        await asyncio.sleep(0.002)
-    await asyncio.wait(tasks, timeout=120)
+    critical, crowd = [], []
+    await offer(gw, [("k-vip", 8, critical)] + ([("k-free", 40, crowd)] if flood else []), seconds)
     for p in procs:
         p.terminate()
     return critical, crowd

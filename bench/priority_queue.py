@@ -6,31 +6,25 @@ alone, then beside a flood of 30 req/s from another tenant: once with both tenan
 p50/p99 (to the last byte) and their 429s, and what became of the flood.
     python3 bench/priority_queue.py [--seconds 30]
 """
-import argparse, asyncio, os, subprocess, sys, tempfile, time
+import argparse, asyncio, os, subprocess, sys, tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from flood import BIN, chat, free_port, p99  # noqa: E402
+from flood import BIN, free_port, offer, p99  # noqa: E402
 
 
 async def run(flood, ranked, seconds):
     gw, mock = free_port(), free_port()
     tmp = tempfile.mkdtemp(prefix="priority-")
-    crowd_class = "sheddable" if ranked else "standard"
+    # Ranked: the flood's tier is sheddable, the critical tenant's critical. Otherwise no
+    # tiers: both standard, one FIFO queue.
+    tiers = ("tiers: { vip: { priority: critical }, free: { priority: sheddable } }\n" if ranked else "")
+    tier = lambda name: f", tier: {name}" if ranked else ""  # noqa: E731
     with open(f"{tmp}/gateway.yaml", "w") as f:
         f.write(f"""server: {{ listen: 127.0.0.1:{gw}, max_connections: 100000 }}
 admin: {{ enabled: false }}
 upstreams: [ {{ name: gpu, url: "http://127.0.0.1:{mock}" }} ]
 routes: [ {{ path: /v1/chat/completions, upstreams: [gpu] }} ]
-tiers: {{ vip: {{ priority: critical }}, free: {{ priority: {crowd_class} }} }}
-tenants: [ {{ id: bank, tier: vip, keys: ["k-vip"] }}, {{ id: crowd, tier: free, keys: ["k-free"] }} ]
-global_limits:
-  - {{ name: gpu, algorithm: leaky_bucket, mode: shape, capacity: 40, rate: 10/s, max_wait: 4s }}
-log: {{ access: "off", level: warn }}
-""" if ranked else f"""server: {{ listen: 127.0.0.1:{gw}, max_connections: 100000 }}
-admin: {{ enabled: false }}
-upstreams: [ {{ name: gpu, url: "http://127.0.0.1:{mock}" }} ]
-routes: [ {{ path: /v1/chat/completions, upstreams: [gpu] }} ]
-tenants: [ {{ id: bank, keys: ["k-vip"] }}, {{ id: crowd, keys: ["k-free"] }} ]
+{tiers}tenants: [ {{ id: bank{tier("vip")}, keys: ["k-vip"] }}, {{ id: crowd{tier("free")}, keys: ["k-free"] }} ]
 global_limits:
   - {{ name: gpu, algorithm: leaky_bucket, mode: shape, capacity: 40, rate: 10/s, max_wait: 4s }}
 log: {{ access: "off", level: warn }}
@@ -40,19 +34,8 @@ log: {{ access: "off", level: warn }}
              subprocess.Popen([BIN, "serve", "-c", f"{tmp}/gateway.yaml"], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)]
     await asyncio.sleep(1.0)
-    critical, crowd, tasks = [], [], []
-    start = time.monotonic()
-    next_c, next_f = start, start
-    while time.monotonic() - start < seconds:
-        now = time.monotonic()
-        while next_c <= now:
-            tasks.append(asyncio.create_task(chat(gw, "k-vip", critical)))
-            next_c += 1 / 3
-        while flood and next_f <= now:
-            tasks.append(asyncio.create_task(chat(gw, "k-free", crowd)))
-            next_f += 1 / 30
-        await asyncio.sleep(0.002)
-    await asyncio.wait(tasks, timeout=120)
+    critical, crowd = [], []
+    await offer(gw, [("k-vip", 3, critical)] + ([("k-free", 30, crowd)] if flood else []), seconds)
     for p in procs:
         p.terminate()
     return critical, crowd

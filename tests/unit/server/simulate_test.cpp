@@ -90,15 +90,14 @@ TEST(Simulate, AQueueOfPriorityClassesGivesASheddablePlaceToACriticalRequest) {
         "max_wait: 10s } ]\n",
         "priority.yaml");
     // Three from the crowd (one starts, two wait: the queue is full), then one from the bank.
-    std::stringstream lines(
-        R"({"t": 0, "key": "test", "cost": 1})"
-        "\n"
-        R"({"t": 0.1, "key": "test", "cost": 1})"
-        "\n"
-        R"({"t": 0.2, "key": "test", "cost": 1})"
-        "\n"
-        R"({"t": 0.3, "key": "vip", "cost": 1})"
-        "\n");
+    std::stringstream lines(R"({"t": 0, "key": "test", "cost": 1})"
+                            "\n"
+                            R"({"t": 0.1, "key": "test", "cost": 1})"
+                            "\n"
+                            R"({"t": 0.2, "key": "test", "cost": 1})"
+                            "\n"
+                            R"({"t": 0.3, "key": "vip", "cost": 1})"
+                            "\n");
     TraceStats stats;
     auto result = simulate(config, read_trace(lines, stats));
     ASSERT_EQ(result.decisions.size(), 4u);
