@@ -139,6 +139,21 @@ async def offer(port, senders, seconds):
     await asyncio.wait(tasks, timeout=120)
 
 
+async def critical_and_flood(gw, mock_args, config_path, critical_per_s, flood_per_s, seconds):
+    """Starts `tokengate mock-upstream` with `mock_args` and a gateway on `config_path` (listening
+    on `gw`), sends the critical key ("k-vip") and, if `flood_per_s`, the flood's ("k-free")
+    beside it; returns each one's (status, seconds)."""
+    procs = [subprocess.Popen([BIN, "mock-upstream"] + mock_args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+             subprocess.Popen([BIN, "serve", "-c", config_path], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    await asyncio.sleep(1.0)
+    critical, crowd = [], []
+    await offer(gw, [("k-vip", critical_per_s, critical)] + ([("k-free", flood_per_s, crowd)] if flood_per_s else []),
+                seconds)
+    for p in procs:
+        p.terminate()
+    return critical, crowd
+
+
 def p99(values):
     if not values:
         return float("nan")

@@ -5,10 +5,10 @@
 in both runs, and what became of the flood.
     python3 bench/overload.py [--seconds 30]
 """
-import argparse, asyncio, os, subprocess, sys, tempfile
+import argparse, asyncio, os, sys, tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from flood import BIN, free_port, offer, p99  # noqa: E402
+from flood import critical_and_flood, free_port, p99  # noqa: E402
 
 QUEUE = int(os.environ.get("OVERLOAD_QUEUE", "2"))
 async def run(flood, seconds):
@@ -24,16 +24,8 @@ tenants: [ {{ id: bank, tier: vip, keys: ["k-vip"] }}, {{ id: crowd, tier: free,
 overload: {{ queue: {QUEUE} }}
 log: {{ access: "off", level: warn }}
 """)
-    procs = [subprocess.Popen([BIN, "mock-upstream", "--port", str(mock), "--tokens-per-s", "100", "--max-seqs", "8"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
-             subprocess.Popen([BIN, "serve", "-c", f"{tmp}/gateway.yaml"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)]
-    await asyncio.sleep(1.0)
-    critical, crowd = [], []
-    await offer(gw, [("k-vip", 8, critical)] + ([("k-free", 40, crowd)] if flood else []), seconds)
-    for p in procs:
-        p.terminate()
-    return critical, crowd
+    mock_args = ["--port", str(mock), "--tokens-per-s", "100", "--max-seqs", "8"]
+    return await critical_and_flood(gw, mock_args, f"{tmp}/gateway.yaml", 8, 40 if flood else 0, seconds)
 
 
 def main():

@@ -6,10 +6,10 @@ alone, then beside a flood of 30 req/s from another tenant: once with both tenan
 p50/p99 (to the last byte) and their 429s, and what became of the flood.
     python3 bench/priority_queue.py [--seconds 30]
 """
-import argparse, asyncio, os, subprocess, sys, tempfile
+import argparse, asyncio, os, sys, tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from flood import BIN, free_port, offer, p99  # noqa: E402
+from flood import critical_and_flood, free_port, p99  # noqa: E402
 
 
 async def run(flood, ranked, seconds):
@@ -29,16 +29,8 @@ global_limits:
   - {{ name: gpu, algorithm: leaky_bucket, mode: shape, capacity: 40, rate: 10/s, max_wait: 4s }}
 log: {{ access: "off", level: warn }}
 """)
-    procs = [subprocess.Popen([BIN, "mock-upstream", "--port", str(mock), "--tokens-per-s", "100000"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
-             subprocess.Popen([BIN, "serve", "-c", f"{tmp}/gateway.yaml"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)]
-    await asyncio.sleep(1.0)
-    critical, crowd = [], []
-    await offer(gw, [("k-vip", 3, critical)] + ([("k-free", 30, crowd)] if flood else []), seconds)
-    for p in procs:
-        p.terminate()
-    return critical, crowd
+    mock_args = ["--port", str(mock), "--tokens-per-s", "100000"]
+    return await critical_and_flood(gw, mock_args, f"{tmp}/gateway.yaml", 3, 30 if flood else 0, seconds)
 
 
 def main():
