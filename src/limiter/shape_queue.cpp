@@ -147,9 +147,14 @@ ShapeQueue::Admission ShapeQueue::check(std::string_view tenant, double cost, Na
     bool full = static_cast<double>(waiting_) + 1 > capacity_;
     // A full queue still takes a request that outranks someone waiting, in that one's place.
     std::uint64_t victim = full ? victim_for(priority) : 0;
-    State trial = state_;
-    if (victim) remove(trial, victim);
-    auto slots = schedule(trial, now, tenant, cost, priority);
+    std::vector<Slot> slots;
+    if (victim) {
+        State trial = state_;
+        remove(trial, victim);
+        slots = schedule(trial, now, tenant, cost, priority);
+    } else {
+        slots = schedule(state_, now, tenant, cost, priority);
+    }
     Nanos start = now;
     for (const auto& slot : slots)
         if (slot.id == 0) start = slot.start;
