@@ -8,6 +8,7 @@
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ssl/error.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <ctime>
 #include <memory>
@@ -176,7 +177,7 @@ ClientContext::ClientContext(const config::ClientTlsConfig& tls, const std::stri
 }
 
 ClientContext::~ClientContext() {
-    if (session_) SSL_SESSION_free(session_);
+    for (auto& t : tickets_) SSL_SESSION_free(t.session);
 }
 
 void ClientContext::prepare(SSL* ssl, const std::string& host) {
@@ -188,15 +189,22 @@ void ClientContext::prepare(SSL* ssl, const std::string& host) {
         else X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host.c_str());
     }
     std::lock_guard lock(mutex_);
-    if (session_) SSL_set_session(ssl, session_);
+    if (tickets_.empty()) return;
+    auto unused = std::find_if(tickets_.rbegin(), tickets_.rend(), [](const Ticket& t) { return !t.offered; });
+    auto& ticket = unused != tickets_.rend() ? *unused : tickets_.back();
+    ticket.offered = true;
+    SSL_set_session(ssl, ticket.session);  // takes its own reference
 }
 
 int ClientContext::on_new_session(SSL* ssl, SSL_SESSION* session) {
     auto* self = static_cast<ClientContext*>(SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), session_index()));
     if (!self) return 0;
     std::lock_guard lock(self->mutex_);
-    if (self->session_) SSL_SESSION_free(self->session_);
-    self->session_ = session;
+    self->tickets_.push_back({session, false});
+    if (self->tickets_.size() > k_tickets) {
+        SSL_SESSION_free(self->tickets_.front().session);
+        self->tickets_.pop_front();
+    }
     return 1;  // the reference is ours now
 }
 

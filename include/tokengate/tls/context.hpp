@@ -9,6 +9,7 @@
 #include <boost/system/error_code.hpp>
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -32,8 +33,10 @@ std::int64_t certificate_not_after(ssl::context& context);
 void require_client_certificates(ssl::context& context, const std::string& ca_file);
 
 /// Everything a connection to one TLS server needs: the context (trusted CAs, a client
-/// certificate) and the server's latest session, offered again for resumption. Shared by
-/// every worker thread and every connection to that server.
+/// certificate) and the last few sessions (tickets) the server gave, for resumption: a new
+/// connection offers one no other connection has offered (TLS 1.3 tickets are meant for one
+/// use, RFC 8446 C.4, and a server may refuse a second), else the newest. Shared by every
+/// worker thread and every connection to that server.
 class ClientContext {
 public:
     ClientContext(const config::ClientTlsConfig& tls, const std::string& config_path);
@@ -43,7 +46,7 @@ public:
 
     ssl::context& context() { return *context_; }
     /// Readies a new connection to `host`: SNI (for a name, not an address), the name or
-    /// address the certificate must carry, and the last session for resumption.
+    /// address the certificate must carry, and a session for resumption.
     void prepare(SSL* ssl, const std::string& host);
 
 private:
@@ -51,8 +54,14 @@ private:
 
     std::unique_ptr<ssl::context> context_;
     bool verifies_ = true;
+    /// A session the server gave, and whether a connection has offered it yet.
+    struct Ticket {
+        SSL_SESSION* session;  // owned
+        bool offered;
+    };
+    static constexpr std::size_t k_tickets = 4;
     std::mutex mutex_;
-    SSL_SESSION* session_ = nullptr;  // owned; the newest the server gave
+    std::deque<Ticket> tickets_;  // oldest first
 };
 
 /// Builds every context the config names (listener, upstreams, store), throwing the first
