@@ -221,7 +221,7 @@ struct Loader {
     void server(const YAML::Node& n) {
         r.expect_map(n, "server",
                      {"listen", "threads", "max_body_bytes", "max_header_bytes", "max_connections", "timeouts",
-                      "drain_timeout", "trusted_proxies", "tls"});
+                      "drain_timeout", "trusted_proxies", "tls", "pricing"});
         auto& s = config.server;
         if (n["listen"]) {
             auto hp = r.listen(n["listen"], "server.listen");
@@ -242,6 +242,13 @@ struct Loader {
             if (t["idle"]) s.idle_timeout = r.duration(t["idle"], "server.timeouts.idle");
         }
         if (n["drain_timeout"]) s.drain_timeout = r.duration(n["drain_timeout"], "server.drain_timeout");
+        if (const auto& p = n["pricing"]) {
+            r.expect_map(p, "server.pricing", {"offload_bytes", "threads"});
+            if (p["offload_bytes"])
+                s.pricing_offload_bytes = r.size(p["offload_bytes"], "server.pricing.offload_bytes");
+            if (p["threads"])
+                s.pricing_threads = static_cast<unsigned>(r.whole(p["threads"], "server.pricing.threads", 1, 64));
+        }
         if (const auto& tp = n["trusted_proxies"]) {
             r.expect_sequence(tp, "server.trusted_proxies");
             for (const auto& item : tp) {
@@ -479,7 +486,7 @@ struct Loader {
         for (const auto& kv : n) {
             r.expect_map(kv.second, "model",
                          {"cost_factor", "max_output_tokens", "image_tokens", "image_default_tokens",
-                          "media_default_tokens", "tokenizer", "message_overhead", "price"});
+                          "media_default_tokens", "tokenizer", "message_overhead", "price", "embeds_bytes_per_token"});
             ModelCost m;
             m.pattern = r.string_of(kv.first, "model name");
             const auto& v = kv.second;
@@ -493,6 +500,9 @@ struct Loader {
                 m.image_default_tokens = r.whole(v["image_default_tokens"], "image_default_tokens", 0, 1'000'000);
             if (v["media_default_tokens"])
                 m.media_default_tokens = r.whole(v["media_default_tokens"], "media_default_tokens", 0, 1'000'000);
+            if (v["embeds_bytes_per_token"])
+                m.embeds_bytes_per_token =
+                    r.whole(v["embeds_bytes_per_token"], "embeds_bytes_per_token", 1, 1'000'000'000);
             has_default |= m.pattern == "*";
             min_cost_factor = std::min(min_cost_factor, m.cost_factor);
             config.models.push_back(m);
@@ -544,9 +554,10 @@ struct Loader {
     }
 
     void cost(const YAML::Node& n) {
-        r.expect_map(n, "cost",
-                     {"input", "output", "rounding", "stream_surcharge", "default_max_tokens", "estimator",
-                      "output_estimate", "learned", "cap_output", "min_output", "stop_at_budget"});
+        r.expect_map(
+            n, "cost",
+            {"input", "output", "rounding", "stream_surcharge", "default_max_tokens", "estimator", "output_estimate",
+             "learned", "cap_output", "min_output", "stop_at_budget", "stream_charge_every"});
         auto& c = config.cost;
         auto per_min = [&](const YAML::Node& b, std::string_view what, double& per, double& min) {
             r.expect_map(b, what, {"per", "min"});
@@ -611,6 +622,8 @@ struct Loader {
         if (n["cap_output"]) c.cap_output = r.boolean(n["cap_output"], "cost.cap_output");
         if (n["min_output"]) c.min_output = r.whole(n["min_output"], "cost.min_output", 1, 1'000'000);
         if (n["stop_at_budget"]) c.stop_at_budget = r.boolean(n["stop_at_budget"], "cost.stop_at_budget");
+        if (n["stream_charge_every"])
+            c.stream_charge_every = r.whole(n["stream_charge_every"], "cost.stream_charge_every", 1, 1'000'000);
         if (c.input_min + c.output_min <= 0) r.fail(n, "cost: input.min + output.min must be greater than 0");
     }
 

@@ -121,22 +121,51 @@ const char* to_string(OutputField field) {
         case OutputField::max_tokens: return "max_tokens";
         case OutputField::max_output_tokens: return "max_output_tokens";
         case OutputField::max_new_tokens: return "parameters.max_new_tokens";
+        case OutputField::sampling_max_new_tokens: return "sampling_params.max_new_tokens";
+        case OutputField::n_predict: return "n_predict";
     }
     return "max_tokens";
 }
 
+OutputField output_field_written(const RequestSummary& summary) {
+    if (summary.output_named) return summary.output_field;
+    switch (summary.endpoint) {
+        case Endpoint::tgi: return OutputField::max_new_tokens;
+        case Endpoint::sglang: return OutputField::sampling_max_new_tokens;
+        case Endpoint::responses: return OutputField::max_output_tokens;
+        default: return OutputField::max_tokens;
+    }
+}
+
 std::string with_output_limit(std::string_view body, const RequestSummary& summary, std::uint64_t per_sequence) {
-    // Never throws (data plane); a rare path (a capped request), so a whole parse is fine.
+    auto field = output_field_written(summary);
+    auto number = std::to_string(per_sequence);
+    if (!summary.output_key_present) {
+        // The usual case (no output field, nor the object holding it): one field written in
+        // front of the others, with no parse, and no spelling of the client's changed.
+        auto open = body.find('{');
+        if (open == std::string_view::npos) return std::string(body);
+        auto next = body.find_first_not_of(" \t\r\n", open + 1);
+        bool empty = next != std::string_view::npos && body[next] == '}';
+        std::string member;
+        if (field == OutputField::max_new_tokens) member = "\"parameters\":{\"max_new_tokens\":" + number + "}";
+        else if (field == OutputField::sampling_max_new_tokens)
+            member = "\"sampling_params\":{\"max_new_tokens\":" + number + "}";
+        else member = "\"" + std::string(to_string(field)) + "\":" + number;
+        std::string out;
+        out.reserve(body.size() + member.size() + 1);
+        out.append(body.substr(0, open + 1)).append(member);
+        if (!empty) out += ',';
+        out.append(body.substr(open + 1));
+        return out;
+    }
+    // Never throws (data plane); the field or its object is there (perhaps null): a whole parse.
     json doc = json::parse(body, nullptr, false);
     if (!doc.is_object()) return std::string(body);
-    auto field = summary.output_named                      ? summary.output_field
-                 : summary.endpoint == Endpoint::tgi       ? OutputField::max_new_tokens
-                 : summary.endpoint == Endpoint::responses ? OutputField::max_output_tokens
-                                                           : OutputField::max_tokens;
-    if (field == OutputField::max_new_tokens) {
-        auto& parameters = doc["parameters"];
-        if (!parameters.is_object()) parameters = json::object();
-        parameters["max_new_tokens"] = per_sequence;
+    if (field == OutputField::max_new_tokens || field == OutputField::sampling_max_new_tokens) {
+        auto& holder = doc[field == OutputField::max_new_tokens ? "parameters" : "sampling_params"];
+        if (!holder.is_object()) holder = json::object();
+        holder["max_new_tokens"] = per_sequence;
     } else {
         doc[to_string(field)] = per_sequence;
     }

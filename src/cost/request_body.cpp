@@ -54,21 +54,53 @@ std::uint64_t saturating_product(std::uint64_t a, std::uint64_t b) {
     return p > UINT64_MAX ? UINT64_MAX : static_cast<std::uint64_t>(p);
 }
 
-/// Keys that price a request must appear once: parsers disagree on duplicates (the
-/// upstream's Python keeps the last), so "max_tokens":1,...,"max_tokens":4000 could be priced
-/// by one and honoured by the other. Found by fuzzing.
-constexpr std::array<std::string_view, 22> k_priced = {
-    "model",    "stream",        "stream_options", "max_tokens",   "max_completion_tokens",
-    "messages", "prompt",        "tools",          "functions",    "response_format",
-    "n",        "best_of",       "input",          "instructions", "max_output_tokens",
-    "inputs",   "parameters",    "query",          "documents",    "text_1",
-    "text_2",   "max_new_tokens"};
+/// A JSON pointer segment (RFC 6901: '~' and '/' escaped).
+std::string pointer_segment(std::string_view key) {
+    std::string out = "/";
+    for (char c : key) {
+        if (c == '~') out += "~0";
+        else if (c == '/') out += "~1";
+        else out += c;
+    }
+    return out;
+}
 
-std::optional<std::string_view> duplicate_key(simdjson::dom::object object) {
-    std::array<int, k_priced.size()> seen{};
+/// SPEC §17: no object anywhere may hold a key twice. Parsers disagree on duplicates (the
+/// upstream's Python keeps the last, simdjson's lookup finds the first), so any repeated key
+/// could be priced by one and honoured by the other. Returns the JSON pointer to the second
+/// occurrence of the first duplicate found, depth first.
+std::optional<std::string> duplicate_at(element v) {
+    if (v.is_array()) {
+        std::size_t i = 0;
+        simdjson::dom::array list = v.get_array().value_unsafe();
+        for (element item : list) {
+            if (auto inner = duplicate_at(item)) return "/" + std::to_string(i) + *inner;
+            ++i;
+        }
+        return std::nullopt;
+    }
+    if (!v.is_object()) return std::nullopt;
+    simdjson::dom::object object = v.get_object().value_unsafe();
+    constexpr std::size_t k_pairwise = 16;  // small objects (the usual case): compared pairwise, no allocation
+    if (object.size() <= k_pairwise) {
+        std::array<std::string_view, k_pairwise> keys;
+        std::size_t n = 0;
+        for (auto it = object.begin(); it != object.end(); ++it) {
+            auto key = it.key();
+            for (std::size_t j = 0; j < n; ++j)
+                if (keys[j] == key) return pointer_segment(key);
+            keys[n++] = key;
+        }
+    } else {
+        std::vector<std::string_view> keys;
+        keys.reserve(object.size());
+        for (auto it = object.begin(); it != object.end(); ++it) keys.push_back(it.key());
+        std::sort(keys.begin(), keys.end());
+        if (auto twice = std::adjacent_find(keys.begin(), keys.end()); twice != keys.end())
+            return pointer_segment(*twice);
+    }
     for (auto it = object.begin(); it != object.end(); ++it)
-        for (std::size_t k = 0; k < k_priced.size(); ++k)
-            if (it.key() == k_priced[k] && ++seen[k] > 1) return k_priced[k];
+        if (auto inner = duplicate_at(it.value())) return pointer_segment(it.key()) + *inner;
     return std::nullopt;
 }
 
@@ -92,6 +124,8 @@ public:
     bool rerank();
     bool responses();
     bool tgi(bool stream_path);
+    bool sglang();
+    bool infill();
 
 private:
     bool fail(std::string message) {
@@ -123,6 +157,10 @@ private:
     /// prompts (a flat array of ids is one).
     bool texts_or_ids(element v, std::string_view key, std::uint64_t& items);
     bool strings_or_objects(std::string_view key);
+    /// Chat `messages`: every value of every message (role and name too: the template renders them).
+    bool messages(element v);
+    /// Completions' `prompt_embeds`: refused unless the model prices them by decoded size.
+    bool prompt_embeds(element v, std::uint64_t& items);
     /// Tokens of message content: text as text; images and other media by their own rules
     /// (their base64 is never text).
     bool content_tokens(element v, std::uint64_t& tokens);
@@ -209,13 +247,16 @@ bool BodyReader::content_tokens(element v, std::uint64_t& tokens) {
     }
     simdjson::dom::object o = v.get_object().value_unsafe();
     std::string_view type;
-    if (o["type"].get_string().get(type) == simdjson::SUCCESS) {
+    bool typed = o["type"].get_string().get(type) == simdjson::SUCCESS;
+    if (typed) {
         bool was_media = false;
         if (!media_part(o, type, tokens, was_media)) return false;
         if (was_media) return true;
     }
     for (auto it = o.begin(); it != o.end(); ++it) {
-        tokens += count_text(it.key(), tokenizer_);
+        // A typed part's `type` is not rendered, nor the name of its `text`: its text alone is.
+        if (typed && it.key() == "type") continue;
+        if (!(typed && it.key() == "text")) tokens += count_text(it.key(), tokenizer_);
         if (!content_tokens(it.value(), tokens)) return false;
     }
     return true;
@@ -298,20 +339,31 @@ bool BodyReader::common() {
     return true;
 }
 
+bool BodyReader::messages(element v) {
+    simdjson::dom::array list;
+    if (v.get_array().get(list) != simdjson::SUCCESS) return fail("'messages' must be an array");
+    for (element m : list) {
+        simdjson::dom::object message;
+        if (m.get_object().get(message) != simdjson::SUCCESS) return fail("each entry of 'messages' must be an object");
+        s_.input_tokens += model_->message_overhead;
+        for (auto it = message.begin(); it != message.end(); ++it)
+            if (!content_tokens(it.value(), s_.input_tokens)) return false;
+    }
+    s_.input_tokens += k_reply_priming;
+    return true;
+}
+
 bool BodyReader::chat() {
     element v;
-    if (get("messages", v)) {
-        simdjson::dom::array messages;
-        if (v.get_array().get(messages) != simdjson::SUCCESS) return fail("'messages' must be an array");
-        for (element m : messages) {
-            simdjson::dom::object message;
-            if (m.get_object().get(message) != simdjson::SUCCESS)
-                return fail("each entry of 'messages' must be an object");
-            s_.input_tokens += model_->message_overhead;
-            for (auto it = message.begin(); it != message.end(); ++it)
-                if (it.key() != "role" && !content_tokens(it.value(), s_.input_tokens)) return false;
-        }
-        s_.input_tokens += k_reply_priming;
+    if (get("messages", v) && !messages(v)) return false;
+    // RAG documents and the template's own arguments are rendered into the prompt too.
+    if (get("documents", v)) {
+        if (!v.is_array()) return fail("'documents' must be an array");
+        s_.input_tokens += tokens_in(v, tokenizer_);
+    }
+    if (get("chat_template_kwargs", v)) {
+        if (!v.is_object()) return fail("'chat_template_kwargs' must be an object");
+        s_.input_tokens += tokens_in(v, tokenizer_);
     }
     for (std::string_view key : {"tools", "functions"})
         if (get(key, v)) {
@@ -334,16 +386,40 @@ bool BodyReader::chat() {
     return true;
 }
 
+bool BodyReader::prompt_embeds(element v, std::uint64_t& items) {
+    if (model_->embeds_bytes_per_token == 0)
+        return fail("'prompt_embeds' is not accepted for this model (models.<m>.embeds_bytes_per_token is not set)");
+    auto price = [&](element e) {
+        std::string_view b64;
+        if (e.get_string().get(b64) != simdjson::SUCCESS) return false;
+        auto decoded = b64.size() / 4 * 3 + 3;  // an upper bound, padding included
+        s_.input_tokens += (decoded + model_->embeds_bytes_per_token - 1) / model_->embeds_bytes_per_token;
+        ++items;
+        return true;
+    };
+    if (v.is_array()) {
+        simdjson::dom::array list = v.get_array().value_unsafe();
+        for (element e : list)
+            if (!price(e)) return fail("'prompt_embeds' must be a base64 string or an array of them");
+        return true;
+    }
+    return price(v) || fail("'prompt_embeds' must be a base64 string or an array of them");
+}
+
 bool BodyReader::completions() {
     element v;
-    std::uint64_t prompts = 1;
+    std::uint64_t prompts = 0, embeds = 0;
     if (get("prompt", v) && !texts_or_ids(v, "prompt", prompts)) return false;
-    std::optional<std::uint64_t> max_tokens, n, best_of;
+    if (get("prompt_embeds", v) && !prompt_embeds(v, embeds)) return false;
+    prompts += embeds;
+    std::optional<std::uint64_t> max_tokens, n, best_of, n_predict;
     if (!count(root_, "max_tokens", max_tokens) || !sequence_count(root_, "n", n) ||
-        !sequence_count(root_, "best_of", best_of))
+        !sequence_count(root_, "best_of", best_of) || !count(root_, "n_predict", n_predict))
         return false;
     if (best_of && *best_of < n.value_or(1)) return fail("'best_of' must be at least 'n'");
-    name_output(max_tokens, OutputField::max_tokens);
+    // llama.cpp reads n_predict before max_tokens.
+    if (n_predict) name_output(n_predict, OutputField::n_predict);
+    else name_output(max_tokens, OutputField::max_tokens);
     s_.sequences = std::max<std::uint64_t>(prompts, 1) * std::max(n.value_or(1), best_of.value_or(1));
     return true;
 }
@@ -352,7 +428,8 @@ bool BodyReader::embeddings() {
     element v;
     std::uint64_t items = 0;
     if (get("input", v) && !texts_or_ids(v, "input", items)) return false;
-    s_.sequences = 0;  // embeddings, pooling and classification generate nothing
+    if (get("messages", v) && !messages(v)) return false;  // vLLM embeds chat conversations too
+    s_.sequences = 0;                                      // embeddings, pooling and classification generate nothing
     return true;
 }
 
@@ -402,12 +479,46 @@ bool BodyReader::tgi(bool stream_path) {
     if (!get("parameters", v)) return true;
     simdjson::dom::object parameters;
     if (v.get_object().get(parameters) != simdjson::SUCCESS) return fail("'parameters' must be an object");
-    if (auto twice = duplicate_key(parameters)) return fail("duplicate key 'parameters." + std::string(*twice) + "'");
     std::optional<std::uint64_t> max_new_tokens, best_of;
     if (!count(parameters, "max_new_tokens", max_new_tokens) || !sequence_count(parameters, "best_of", best_of))
         return fail("'parameters." + error.substr(1));
     name_output(max_new_tokens, OutputField::max_new_tokens);
     s_.sequences = best_of.value_or(1);
+    return true;
+}
+
+bool BodyReader::sglang() {
+    element v;
+    std::uint64_t texts = 0, ids = 0;
+    if (get("text", v) && !texts_or_ids(v, "text", texts)) return false;
+    if (get("input_ids", v) && !texts_or_ids(v, "input_ids", ids)) return false;
+    std::optional<std::uint64_t> max_new_tokens, n;
+    if (get("sampling_params", v)) {
+        simdjson::dom::object params;
+        if (v.get_object().get(params) != simdjson::SUCCESS) return fail("'sampling_params' must be an object");
+        if (!count(params, "max_new_tokens", max_new_tokens) || !sequence_count(params, "n", n))
+            return fail("'sampling_params." + error.substr(1));
+    }
+    name_output(max_new_tokens, OutputField::sampling_max_new_tokens);
+    s_.sequences = std::max<std::uint64_t>({texts, ids, 1}) * n.value_or(1);
+    return true;
+}
+
+bool BodyReader::infill() {
+    element v;
+    for (std::string_view key : {"input_prefix", "input_suffix", "prompt"})
+        if (get(key, v)) {
+            if (!v.is_string()) return fail_field(key, "must be a string");
+            s_.input_tokens += count_text(std::string_view(v.get_string().value_unsafe()), tokenizer_);
+        }
+    if (get("input_extra", v)) {
+        if (!v.is_array()) return fail("'input_extra' must be an array");
+        s_.input_tokens += tokens_in(v, tokenizer_);
+    }
+    std::optional<std::uint64_t> max_tokens, n_predict;
+    if (!count(root_, "max_tokens", max_tokens) || !count(root_, "n_predict", n_predict)) return false;
+    if (n_predict) name_output(n_predict, OutputField::n_predict);
+    else name_output(max_tokens, OutputField::max_tokens);
     return true;
 }
 
@@ -421,6 +532,8 @@ const char* to_string(Endpoint e) {
         case Endpoint::rerank: return "rerank";
         case Endpoint::responses: return "responses";
         case Endpoint::tgi: return "tgi";
+        case Endpoint::sglang: return "sglang";
+        case Endpoint::infill: return "infill";
         case Endpoint::unknown: break;
     }
     return "unknown";
@@ -439,6 +552,7 @@ Endpoint endpoint_for_path(std::string_view path) {
     if (last == "rerank" || last == "score") return Endpoint::rerank;
     if (last == "responses") return Endpoint::responses;
     if (last == "generate" || last == "generate_stream") return Endpoint::tgi;
+    if (last == "infill") return Endpoint::infill;
     return Endpoint::unknown;
 }
 
@@ -468,14 +582,25 @@ ParsedBody parse_request_body(std::string_view body, const config::CostConfig& c
     };
     simdjson::dom::object root;
     if (doc.get_object().get(root) != simdjson::SUCCESS) return invalid("The request body must be a JSON object.");
-    if (auto twice = duplicate_key(root))
-        return invalid("duplicate key '" + std::string(*twice) + "' in the request body");
-    if (s.endpoint == Endpoint::unknown) {
-        element v;
-        if (root.at_key("messages").get(v) == simdjson::SUCCESS) s.endpoint = Endpoint::chat;
-        else if (root.at_key("prompt").get(v) == simdjson::SUCCESS) s.endpoint = Endpoint::completions;
-        else if (root.at_key("inputs").get(v) == simdjson::SUCCESS) s.endpoint = Endpoint::tgi;
+    if (auto pointer = duplicate_at(doc)) {
+        out.error = BodyError::duplicate_key;
+        out.message = "The request body holds the key at '" + *pointer + "' twice.";
+        return out;
     }
+    s.body_bytes = body.size();
+    auto has = [&](std::string_view key) {
+        element v;
+        return root.at_key(key).get(v) == simdjson::SUCCESS;
+    };
+    if (s.endpoint == Endpoint::unknown) {
+        if (has("messages")) s.endpoint = Endpoint::chat;
+        else if (has("prompt")) s.endpoint = Endpoint::completions;
+        else if (has("inputs")) s.endpoint = Endpoint::tgi;
+    }
+    // SGLang's /generate shares TGI's path: its body has `text` or `input_ids`, TGI's `inputs`.
+    if ((s.endpoint == Endpoint::tgi || s.endpoint == Endpoint::unknown) && !has("inputs") &&
+        (has("text") || has("input_ids")) && !path.ends_with("generate_stream"))
+        s.endpoint = Endpoint::sglang;
     BodyReader reader(root, tokenizers, models, s);
     bool ok = reader.common();
     switch (s.endpoint) {
@@ -485,6 +610,8 @@ ParsedBody parse_request_body(std::string_view body, const config::CostConfig& c
         case Endpoint::rerank: ok = ok && reader.rerank(); break;
         case Endpoint::responses: ok = ok && reader.responses(); break;
         case Endpoint::tgi: ok = ok && reader.tgi(path.ends_with("generate_stream")); break;
+        case Endpoint::sglang: ok = ok && reader.sglang(); break;
+        case Endpoint::infill: ok = ok && reader.infill(); break;
         case Endpoint::unknown: s.sequences = 0; break;  // not a shape we know: the minimum cost
     }
     if (!ok) return invalid(reader.error);
@@ -493,6 +620,11 @@ ParsedBody parse_request_body(std::string_view body, const config::CostConfig& c
     out.model = reader.model();
     out.tokenizer = reader.tokenizer();
     apply_model_default(s, out.model);
+    // Where the output bound would be written: in place, or with a parse when something is there.
+    auto written = output_field_written(s);
+    s.output_key_present = written == OutputField::max_new_tokens            ? has("parameters")
+                           : written == OutputField::sampling_max_new_tokens ? has("sampling_params")
+                                                                             : has(to_string(written));
     return out;
 }
 

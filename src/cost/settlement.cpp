@@ -1,5 +1,9 @@
 #include "tokengate/cost/settlement.hpp"
 
+#include <algorithm>
+
+#include "tokengate/core/saturate.hpp"
+
 namespace tokengate::cost {
 
 void ResponseUsage::start(std::string_view content_type, bool has_content_length, bool usage_injected,
@@ -21,8 +25,17 @@ Usage ResponseUsage::usage(bool completed) const {
     return {};
 }
 
+UsageBounds usage_bounds(const RequestSummary& request, std::uint64_t output_bound) {
+    UsageBounds b;
+    auto estimate_room = request.input_tokens > UINT64_MAX / 4 ? UINT64_MAX : 4 * request.input_tokens;
+    b.prompt = core::saturating_add(std::max(request.body_bytes, estimate_room), 64);
+    b.completion = output_bound;
+    return b;
+}
+
 SettledCost settled_cost(const config::CostConfig& config, double cost_factor, const RequestSummary& request,
-                         double reserved, const ResponseUsage& observed, const ExchangeEnd& end) {
+                         double reserved, const ResponseUsage& observed, const ExchangeEnd& end,
+                         const UsageBounds& bounds) {
     SettledCost out;
     if (end.upstream_failed) return out;  // nothing was generated: refund every cost unit
     auto usage = observed.usage(end.completed);
@@ -31,10 +44,15 @@ SettledCost settled_cost(const config::CostConfig& config, double cost_factor, c
         out.completion_tokens = usage.completion_tokens;
         out.cached_tokens = usage.prompt_known ? usage.cached_tokens : 0;
         out.usage_reported = true;
+        // What no request could have used is a broken or hostile report: clamped, and said.
+        out.clamped = out.prompt_tokens > bounds.prompt || out.completion_tokens > bounds.completion;
+        out.prompt_tokens = std::min(out.prompt_tokens, bounds.prompt);
+        out.completion_tokens = std::min(out.completion_tokens, bounds.completion);
+        out.cached_tokens = std::min(out.cached_tokens, out.prompt_tokens);
     } else if (observed.is_stream() || !end.completed) {
         // No usage (an older TGI, or a stream cut short): the input and what was sent.
         out.prompt_tokens = request.input_tokens;
-        out.completion_tokens = observed.streamed_tokens();
+        out.completion_tokens = std::min(observed.streamed_tokens(), bounds.completion);
     } else {
         out.kept_reservation = end.status >= 200 && end.status < 300;
         out.cost = out.kept_reservation ? reserved : 0;  // an error generated nothing

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "tokengate/core/saturate.hpp"
 #include "tokengate/cost/cost.hpp"
 #include "tokengate/cost/tokenizer.hpp"
 
@@ -56,49 +57,116 @@ bool read_tgi_details(simdjson::dom::object doc, Usage& out) {
     return true;
 }
 
+/// SGLang native: `meta_info.prompt_tokens` / `completion_tokens`.
+bool read_sglang_meta(simdjson::dom::object doc, Usage& out) {
+    simdjson::dom::object meta;
+    if (doc["meta_info"].get_object().get(meta) != simdjson::SUCCESS) return false;
+    out.known = true;
+    out.prompt_known = true;
+    out.prompt_tokens = count_of(meta, "prompt_tokens");
+    out.completion_tokens = count_of(meta, "completion_tokens");
+    out.cached_tokens = std::min(count_of(meta, "cached_tokens"), out.prompt_tokens);
+    return true;
+}
+
 /// Usage in a JSON body or one event: top level, inside a Responses `response` object
-/// (`response.completed`), or TGI's details.
+/// (`response.completed`), TGI's details or SGLang's meta_info.
 bool read_usage(simdjson::dom::object doc, Usage& out) {
     if (read_usage_object(doc, out)) return true;
     simdjson::dom::object response;
     if (doc["response"].get_object().get(response) == simdjson::SUCCESS && read_usage_object(response, out))
         return true;
-    return read_tgi_details(doc, out);
+    return read_tgi_details(doc, out) || read_sglang_meta(doc, out);
 }
 
-/// The text one streamed event carries: chat deltas, completions text, Responses
-/// `response.output_text.delta`, TGI's token.
-std::uint64_t streamed_text_tokens(simdjson::dom::object doc, const Tokenizer* tokenizer) {
-    auto count = [&](std::string_view text) { return tokenizer ? tokenizer->count(text) : estimate_tokens(text); };
+std::uint64_t count_text(std::string_view text, const Tokenizer* tokenizer) {
+    return tokenizer ? tokenizer->count(text) : estimate_tokens(text);
+}
+
+/// SPEC §17: every channel a chat delta or message generates into: content, reasoning (vLLM
+/// ≥ 0.19 and older), tool-call and function-call arguments (and names).
+std::uint64_t message_tokens(simdjson::dom::object m, const Tokenizer* tokenizer) {
+    std::uint64_t n = 0;
+    std::string_view text;
+    for (const char* key : {"content", "reasoning", "reasoning_content", "refusal"})
+        if (m[key].get_string().get(text) == simdjson::SUCCESS) n += count_text(text, tokenizer);
+    auto function_tokens = [&](simdjson::dom::object call) {
+        simdjson::dom::object function;
+        if (call.at_key("function").get_object().get(function) == simdjson::SUCCESS) call = function;
+        for (const char* key : {"name", "arguments"})
+            if (call[key].get_string().get(text) == simdjson::SUCCESS) n += count_text(text, tokenizer);
+    };
+    simdjson::dom::array calls;
+    if (m["tool_calls"].get_array().get(calls) == simdjson::SUCCESS)
+        for (simdjson::dom::element c : calls) {
+            simdjson::dom::object call;
+            if (c.get_object().get(call) == simdjson::SUCCESS) function_tokens(call);
+        }
+    simdjson::dom::object call;
+    if (m["function_call"].get_object().get(call) == simdjson::SUCCESS) function_tokens(call);
+    return n;
+}
+
+/// Responses, Anthropic and TGI event types whose text is generated output.
+std::uint64_t typed_event_tokens(simdjson::dom::object doc, std::string_view type, const Tokenizer* tokenizer) {
+    std::string_view text;
+    if (type == "response.output_text.delta" || type == "response.reasoning_text.delta" ||
+        type == "response.reasoning_summary_text.delta" || type == "response.function_call_arguments.delta" ||
+        type == "response.refusal.delta")
+        return doc["delta"].get_string().get(text) == simdjson::SUCCESS ? count_text(text, tokenizer) : 0;
+    simdjson::dom::object delta;
+    if (type == "content_block_delta" && doc["delta"].get_object().get(delta) == simdjson::SUCCESS) {
+        std::uint64_t n = 0;
+        for (const char* key : {"text", "thinking", "partial_json"})
+            if (delta[key].get_string().get(text) == simdjson::SUCCESS) n += count_text(text, tokenizer);
+        return n;
+    }
+    return 0;
+}
+
+/// The output one streamed event (or a whole non-stream body) carries, in every channel.
+std::uint64_t output_tokens_of(simdjson::dom::object doc, const Tokenizer* tokenizer) {
     std::uint64_t n = 0;
     std::string_view text;
     simdjson::dom::array choices;
     if (doc["choices"].get_array().get(choices) == simdjson::SUCCESS) {
         for (simdjson::dom::element c : choices) {
-            simdjson::dom::object choice;
+            simdjson::dom::object choice, message;
             if (c.get_object().get(choice) != simdjson::SUCCESS) continue;
-            simdjson::dom::object delta;
-            if (choice["delta"].get_object().get(delta) == simdjson::SUCCESS) {
-                if (delta["content"].get_string().get(text) == simdjson::SUCCESS) n += count(text);
-            } else if (choice["text"].get_string().get(text) == simdjson::SUCCESS) {
-                n += count(text);
-            }
+            if (choice["delta"].get_object().get(message) == simdjson::SUCCESS ||
+                choice["message"].get_object().get(message) == simdjson::SUCCESS)
+                n += message_tokens(message, tokenizer);
+            else if (choice["text"].get_string().get(text) == simdjson::SUCCESS) n += count_text(text, tokenizer);
         }
         return n;
     }
     std::string_view type;
-    if (doc["type"].get_string().get(type) == simdjson::SUCCESS) {
-        if (type == "response.output_text.delta" && doc["delta"].get_string().get(text) == simdjson::SUCCESS)
-            n += count(text);
-        return n;
-    }
+    if (doc["type"].get_string().get(type) == simdjson::SUCCESS) return typed_event_tokens(doc, type, tokenizer);
     simdjson::dom::object token;
     bool special = false;
-    if (doc["token"].get_object().get(token) == simdjson::SUCCESS &&
-        !(token["special"].get_bool().get(special) == simdjson::SUCCESS && special) &&
-        token["text"].get_string().get(text) == simdjson::SUCCESS)
-        n += 1;  // TGI streams one token an event
-    return n;
+    if (doc["token"].get_object().get(token) == simdjson::SUCCESS) {
+        // TGI streams one token an event
+        return !(token["special"].get_bool().get(special) == simdjson::SUCCESS && special) ? 1 : 0;
+    }
+    simdjson::dom::array output;  // a Responses body: output[].content[].text, arguments
+    if (doc["output"].get_array().get(output) == simdjson::SUCCESS) {
+        for (simdjson::dom::element item : output) {
+            simdjson::dom::object o;
+            if (item.get_object().get(o) != simdjson::SUCCESS) continue;
+            if (o["arguments"].get_string().get(text) == simdjson::SUCCESS) n += count_text(text, tokenizer);
+            for (const char* list : {"content", "summary"}) {
+                simdjson::dom::array parts;
+                if (o[list].get_array().get(parts) != simdjson::SUCCESS) continue;
+                for (simdjson::dom::element p : parts)
+                    if (p["text"].get_string().get(text) == simdjson::SUCCESS) n += count_text(text, tokenizer);
+            }
+        }
+        return n;
+    }
+    // llama.cpp's `content`; TGI's and SGLang's whole `generated_text` / `text` in a body.
+    for (const char* key : {"content", "generated_text", "text"})
+        if (doc[key].get_string().get(text) == simdjson::SUCCESS) return count_text(text, tokenizer);
+    return 0;
 }
 
 /// Finds the end of the first complete event ("\n\n" or "\r\n\r\n"); npos if none yet. One
@@ -130,19 +198,40 @@ Usage JsonUsageReader::finish() const {
     if (overflowed_) return u;
     simdjson::dom::element root;
     if (thread_parser().parse(body_).get(root) != simdjson::SUCCESS) return u;
-    // TGI's root route answers an array of one generation.
+    // TGI's root route and SGLang's batches answer an array: each item counts.
     simdjson::dom::array many;
-    if (root.get_array().get(many) == simdjson::SUCCESS && many.size() > 0) root = many.at(0).value_unsafe();
+    if (root.get_array().get(many) == simdjson::SUCCESS) {
+        for (simdjson::dom::element item : many) {
+            simdjson::dom::object doc;
+            if (item.get_object().get(doc) != simdjson::SUCCESS) continue;
+            auto one = body_usage(doc);
+            if (!one.known) continue;
+            u.prompt_known = (u.known ? u.prompt_known : true) && one.prompt_known;
+            u.known = true;
+            u.prompt_tokens = core::saturating_add(u.prompt_tokens, one.prompt_tokens);
+            u.completion_tokens = core::saturating_add(u.completion_tokens, one.completion_tokens);
+            u.cached_tokens = core::saturating_add(u.cached_tokens, one.cached_tokens);
+        }
+        return u;
+    }
     simdjson::dom::object doc;
     if (root.get_object().get(doc) != simdjson::SUCCESS) return u;
+    return body_usage(doc);
+}
+
+Usage JsonUsageReader::body_usage(simdjson::dom::object doc) const {
+    Usage u;
     if (read_usage(doc, u)) return u;
-    // TGI without details: the generated text is what was generated.
-    std::string_view text;
-    if (doc["generated_text"].get_string().get(text) == simdjson::SUCCESS) {
-        u.known = true;
-        u.prompt_known = false;
-        u.completion_tokens = tokenizer_ ? tokenizer_->count(text) : estimate_tokens(text);
-    }
+    // SPEC §17: no usage, so the output is counted in every channel the body carries.
+    simdjson::dom::element ignored;
+    bool generated = doc["choices"].get(ignored) == simdjson::SUCCESS ||
+                     doc["output"].get(ignored) == simdjson::SUCCESS ||
+                     doc["generated_text"].get(ignored) == simdjson::SUCCESS ||
+                     doc["content"].get(ignored) == simdjson::SUCCESS || doc["text"].get(ignored) == simdjson::SUCCESS;
+    if (!generated) return u;
+    u.known = true;
+    u.prompt_known = false;
+    u.completion_tokens = output_tokens_of(doc, tokenizer_);
     return u;
 }
 
@@ -201,6 +290,20 @@ void SseUsageFilter::append_without_null_usage(std::string_view event) {
     out_.append(event);
 }
 
+std::uint64_t SseUsageFilter::stream_event_tokens(simdjson::dom::object doc) {
+    simdjson::dom::object meta;
+    std::string_view text;
+    if (doc["meta_info"].get_object().get(meta) != simdjson::SUCCESS ||
+        doc["text"].get_string().get(text) != simdjson::SUCCESS)
+        return output_tokens_of(doc, tokenizer_);
+    // SGLang: cumulative text, unless a shorter one shows it streams increments.
+    auto added = text.size() >= sglang_text_bytes_ ? text.substr(sglang_text_bytes_) : text;
+    sglang_text_bytes_ = text.size() >= sglang_text_bytes_ ? text.size() : sglang_text_bytes_ + text.size();
+    auto counted = core::saturating_add(streamed_tokens_, count_text(added, tokenizer_));
+    auto reported = count_of(meta, "completion_tokens");
+    return std::max(counted, reported) - streamed_tokens_;
+}
+
 SseUsageFilter::Verdict SseUsageFilter::inspect(std::string_view event) {
     std::size_t line_start = 0;
     while (line_start < event.size()) {
@@ -218,7 +321,7 @@ SseUsageFilter::Verdict SseUsageFilter::inspect(std::string_view event) {
                 Usage u;
                 bool has_usage = read_usage(doc, u);
                 if (has_usage) usage_ = u;
-                streamed_tokens_ += streamed_text_tokens(doc, tokenizer_);
+                streamed_tokens_ += stream_event_tokens(doc);
                 simdjson::dom::array choices;
                 if (hide_usage_ && has_usage && doc["choices"].get_array().get(choices) == simdjson::SUCCESS &&
                     choices.size() == 0)

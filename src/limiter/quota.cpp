@@ -40,7 +40,7 @@ Verdict QuotaCounter::check(double amount, double limit, core::Nanos unix_now) c
 void QuotaCounter::adjust(double delta, const core::CalendarWindow& window) {
     if (window != window_) return;  // that window is over: its settlement changes nothing now
     if (!std::isfinite(delta)) return;
-    used_ = std::max(0.0, used_ + delta);
+    used_ = std::clamp(used_ + delta, 0.0, core::k_max_counter);
 }
 
 }  // namespace tokengate::limiter

@@ -28,7 +28,7 @@ RateBucket RateBucket::restored(double capacity, double rate_per_s, double token
     b.capacity_ = capacity;
     b.rate_per_s_ = rate_per_s;
     b.tau_ = b.ticks_for(capacity);
-    b.tat_ = now + b.ticks_for(capacity - std::clamp(tokens, -capacity, capacity));
+    b.tat_ = now + b.ticks_for(capacity - std::clamp(tokens, -core::k_max_counter, capacity));
     return b;
 }
 
@@ -76,9 +76,8 @@ void RateBucket::consume(double amount, Nanos now) {
 }
 
 void RateBucket::adjust(double delta, Nanos now) {
-    // Never more than the whole range [−C, C] at once: a hostile usage report of 2^64 tokens
-    // sinks the bucket to its floor and no further.
-    double bounded = std::min(std::fabs(delta), 2 * capacity_);
+    // A hostile usage report of 2^64 tokens sinks the bucket to its floor and no further.
+    double bounded = std::min(std::fabs(delta), capacity_ + core::k_max_counter);
     Ticks base = std::max<Ticks>(tat_, now);
     if (delta >= 0) tat_ = std::min(base + ticks_for(bounded), floor_at(now));
     else if (delta < 0) tat_ = std::max<Ticks>(base - ticks_for(bounded), now);  // a full bucket is tat ≤ now
@@ -86,7 +85,7 @@ void RateBucket::adjust(double delta, Nanos now) {
 
 void RateBucket::reconfigure(const config::LimitSpec& spec, Nanos now) {
     if (spec.capacity == capacity_ && spec.rate_per_s == rate_per_s_) return;
-    double level = std::clamp(tokens(now), -spec.capacity, spec.capacity);
+    double level = std::clamp(tokens(now), -core::k_max_counter, spec.capacity);
     capacity_ = spec.capacity;
     rate_per_s_ = spec.rate_per_s;
     tau_ = ticks_for(capacity_);

@@ -204,6 +204,11 @@ Completion plan_completion(const http::request<http::string_body>& req, std::str
     }
     c.completion_tokens =
         s.endpoint == cost::Endpoint::embeddings ? 0 : header_number(req, "x-mock-completion-tokens", want);
+    // As a model server does: never past the output limit the body names.
+    if (s.output_named && c.completion_tokens > s.output_per_sequence) {
+        c.completion_tokens = s.output_per_sequence;
+        c.finish_reason = "length";
+    }
     json body = json::parse(req.body(), nullptr, false);
     c.details = body.is_object() && body.contains("parameters") && body["parameters"].is_object() &&
                 body["parameters"].value("details", false);

@@ -92,9 +92,10 @@ RequestReader::Progress RequestReader::feed_header(boost::beast::flat_buffer& bu
     if (ec == http::error::body_limit) return fail(RequestError::body_too_large);
     if (ec == http::error::header_limit) return fail(RequestError::header_too_large);
     if (ec || !parser_.is_header_done()) return fail(RequestError::malformed);
-    const auto& fields = parser_.get().base();
-    header_fields_ = static_cast<std::size_t>(std::distance(fields.begin(), fields.end()));
     if (auto e = check_head(); e != RequestError::none) return fail(e);
+    if (parser_.chunked())
+        for (const auto& f : parser_.get().base())
+            chunked_head_.emplace_back(std::string(f.name_string()), std::string(f.value()));
     parser_.eager(true);
     return parser_.is_done() ? Progress::done : Progress::header_done;
 }
@@ -110,6 +111,8 @@ RequestError RequestReader::check_head() const {
     }
     auto hosts = head.count(http::field::host);
     if (hosts > 1 || (head.version() >= 11 && hosts == 0)) return RequestError::bad_host;
+    // One field line, two values ("Host: a, b"): which one the request is for is ambiguous.
+    if (hosts == 1 && head[http::field::host].find(',') != std::string_view::npos) return RequestError::bad_host;
     return RequestError::none;
 }
 
@@ -117,9 +120,8 @@ http::request<http::string_body> RequestReader::release() {
     auto message = parser_.release();
     if (message.chunked()) {
         // Trailer fields came after the body; they are not part of the head that goes on.
-        std::size_t index = 0;
-        for (auto it = message.begin(); it != message.end();)
-            it = index++ < header_fields_ ? std::next(it) : message.erase(it);
+        for (auto it = message.begin(); it != message.end();) it = message.erase(it);
+        for (const auto& [name, value] : chunked_head_) message.insert(name, value);
     }
     return message;
 }

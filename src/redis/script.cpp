@@ -29,6 +29,8 @@ else
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local EPS = 1e-3
+-- SPEC §17: the deepest debt and the largest quota counter (the state file's range, core::k_max_counter).
+local MAX_COUNTER = 1e18
 local function num(x) return string.format('%.17g', x) end
 -- A TTL as Redis wants it: an integer string (tostring would write 1e+15), at most ~31 years;
 -- a key that outlives that is a bucket nobody has touched since.
@@ -85,14 +87,17 @@ if op == 'settle' then
       redis.call('ZREM', key, ARGV[3] .. '|' .. ARGV[b + 3])
     elseif kind == 'q' then
       -- A quota's key names its window: a window that has ended (and expired) takes nothing.
-      if redis.call('EXISTS', key) == 1 and tonumber(redis.call('HINCRBYFLOAT', key, 'u', ARGV[b + 3])) < 0 then
-        redis.call('HSET', key, 'u', '0')
+      if redis.call('EXISTS', key) == 1 then
+        local used = tonumber(redis.call('HINCRBYFLOAT', key, 'u', ARGV[b + 3]))
+        if used < 0 then redis.call('HSET', key, 'u', '0')
+        elseif used > MAX_COUNTER then redis.call('HSET', key, 'u', num(MAX_COUNTER)) end
       end
     else
       local cap, rate, delta = tonumber(cap_s), tonumber(rate_s), tonumber(ARGV[b + 3])
       local tat = math.max(load_rate(key, cap_s, rate_s, 1), now)
       if delta >= 0 then
-        tat = math.min(tat + delta * 1e6 / rate, now + 2 * cap * 1e6 / rate)
+        -- Debt is paid back, not forgiven: no floor at -C (SPEC §17).
+        tat = math.min(tat + delta * 1e6 / rate, now + (cap + MAX_COUNTER) * 1e6 / rate)
       else
         tat = math.max(tat - (-delta) * 1e6 / rate, now)
       end
@@ -105,7 +110,9 @@ end
 -- Admin: a quota's top-up (ARGV[3], may be 0) and reset (ARGV[4] == '1'); ARGV[5]: its TTL in ms.
 if op == 'quota' then
   if ARGV[4] == '1' then redis.call('DEL', KEYS[1]) end
-  if tonumber(ARGV[3]) ~= 0 then redis.call('HINCRBYFLOAT', KEYS[1], 'a', ARGV[3]) end
+  if tonumber(ARGV[3]) ~= 0 and tonumber(redis.call('HINCRBYFLOAT', KEYS[1], 'a', ARGV[3])) > MAX_COUNTER then
+    redis.call('HSET', KEYS[1], 'a', num(MAX_COUNTER))
+  end
   if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], ms(tonumber(ARGV[5]))) end
   local v = redis.call('HMGET', KEYS[1], 'u', 'a')
   return {num(tonumber(v[1] or '0')), num(tonumber(v[2] or '0'))}

@@ -152,6 +152,12 @@ Response explain(Services& services, const Runtime& rt, const pipeline::Admitted
                 {"sequences", a.summary.sequences},
                 {"images", a.summary.images},
                 {"max_output_tokens", a.summary.max_output_tokens},
+                // SPEC §17: what the upstream is told it may generate, per sequence.
+                {"output_bound", a.summary.sequences == 0
+                                     ? json(nullptr)
+                                     : json{{"per_sequence", a.output.bound()},
+                                            {"field", cost::to_string(cost::output_field_written(a.summary))},
+                                            {"written_by_gateway", a.output.capped || !a.summary.output_named}}},
                 {"stream", a.summary.stream},
                 {"cost", a.reserved.cost},
                 {"tokens", a.reserved.tokens},

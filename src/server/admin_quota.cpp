@@ -73,6 +73,13 @@ boost::asio::awaitable<AdminResponse> change_quota(Services& services, const con
         co_return admin_error(http::status::bad_request, "invalid_body",
                               "Send {\"add\": N} (0 < N <= 1e15, in the quota's unit) to top up the current window, "
                               "or {\"reset\": true} to start it over.");
+    if (add > 0 && !reset) {
+        // SPEC §17: no top-up may take the window's allowance past what the state file keeps.
+        auto now = co_await pipeline::preview(*services.store, {&*charge, 1});
+        if (!now.unavailable && !now.statuses.empty() && now.statuses[0].quota_added + add > core::k_max_counter)
+            co_return admin_error(http::status::bad_request, "invalid_body",
+                                  "This top-up would take the quota's additions past 1e18, the most a counter keeps.");
+    }
     auto state = co_await services.store->quota(*charge, add, reset);
     if (!state)
         co_return admin_error(http::status::service_unavailable, "rate_limiter_unavailable",

@@ -50,6 +50,9 @@ GatewayMetrics::GatewayMetrics(metrics::Registry& r)
                               {"tenant"})),
       streams_stopped(r.counter("tokengate_streams_stopped_total",
                                 "Streams ended at the tenant's budget (cost.stop_at_budget).", {"tenant"})),
+      usage_clamped(r.counter("tokengate_usage_clamped_total",
+                              "Upstream usage reports past what the request could have used, clamped (SPEC §17).",
+                              {"upstream"})),
       tls_handshakes(
           r.counter("tokengate_tls_handshakes_total", "Client TLS handshakes completed, by version.", {"version"})),
       tls_handshake_failures(r.counter("tokengate_tls_handshake_failures_total",

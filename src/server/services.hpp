@@ -53,6 +53,7 @@ struct GatewayMetrics {
     metrics::Family& config_reloads;
     metrics::Family& output_capped;
     metrics::Family& streams_stopped;
+    metrics::Family& usage_clamped;
     metrics::Family& tls_handshakes;
     metrics::Family& tls_handshake_failures;
     metrics::Family& upstream_tls_handshakes;
@@ -81,8 +82,9 @@ struct Services {
     GatewayMetrics metrics;
     metrics::Activity activity;                              // the status page's last five minutes and hour
     cost::OutputHistory output_history;                      // settled output per (tenant, model), across reloads
-    LogThrottle handshake_log{std::chrono::seconds(60)};     // a client's failed TLS handshakes, per address
+    LogThrottle handshake_log{std::chrono::seconds(1)};      // failed client TLS handshakes, per reason
     LogThrottle upstream_tls_log{std::chrono::seconds(10)};  // an https upstream's, per upstream
+    LogThrottle usage_clamp_log{std::chrono::hours(24)};     // impossible usage reports, per upstream
     // Last, so it goes first: a store that reports to the metrics never outlives them.
     std::unique_ptr<store::Store> store;  // built by make_store once the event loops exist
 };

@@ -9,9 +9,9 @@
 
 #include "linger.hpp"
 #include "pipeline/admit.hpp"
-#include "pipeline/budget.hpp"
 #include "pipeline/exchange.hpp"
 #include "pipeline/limit.hpp"
+#include "pipeline/live_budget.hpp"
 #include "pipeline/record.hpp"
 #include "pipeline/shed.hpp"
 #include "services.hpp"
@@ -138,9 +138,9 @@ private:
     bool handshake_failed(std::string_view reason, const std::string& detail) {
         services_.metrics.tls_handshake_failures.add({reason});
         std::uint64_t held_back = 0;
-        if (services_.handshake_log.allow(peer_, LogThrottle::clock::now(), held_back))
-            spdlog::warn("TLS handshake from {} failed ({}): {}; {} more from it since the last report", peer_, reason,
-                         detail, held_back);
+        if (services_.handshake_log.allow(reason, LogThrottle::clock::now(), held_back))
+            spdlog::warn("TLS handshake from {} failed ({}): {}; {} more failed so since the last report", peer_,
+                         reason, detail, held_back);
         return false;
     }
 
@@ -263,12 +263,13 @@ private:
         proxy::ClientOrigin origin{peer_, rec.client_ip, proxy::is_trusted_proxy(cfg.server.trusted_proxies, peer_),
                                    rec.request_id, stream_.tls()};
         proxy::ClientSide client{stream_, reply.keep_alive, reply.version, req.method() == http::verb::head};
-        auto budget = pipeline::stream_budget(cfg.cost, admitted, permit.decision());
-        auto done = co_await pipeline::exchange(
-            worker_, {*rt, admitted, req, target, origin, permit.headers(), client, watch_, budget});
+        pipeline::LiveBudget live(cfg.cost, admitted, permit.decision());
+        auto done = co_await pipeline::exchange(worker_, {*rt, admitted, req, target, origin, permit.headers(), client,
+                                                          watch_, live.active() ? &live : nullptr});
         if (done.stopped) services_.metrics.streams_stopped.add({rec.tenant});
         co_await stop_watching();
 
+        permit.held_more(live.charges(), live.charged());
         permit.settle(cost::settled_amounts(done.settled, admitted.reserved, admitted.price));
         pipeline::learn(cfg.cost, services_.output_history, rec.tenant, admitted.summary, done.status, done.settled);
         rec.upstream = std::string(done.upstream);

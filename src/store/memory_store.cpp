@@ -263,7 +263,9 @@ MemoryStore::Saved MemoryStore::save() const {
                 continue;
             }
             if (b.queue || b.rate.capacity() <= 0 || b.rate.is_full(now)) continue;  // concurrency: capacity 0
-            out.buckets.push_back({key, b.rate.capacity(), b.rate.rate_per_s(), b.rate.tokens(now)});
+            // Clamped as the loader reads it: a debt at the floor may round a hair past it.
+            out.buckets.push_back({key, b.rate.capacity(), b.rate.rate_per_s(),
+                                   std::clamp(b.rate.tokens(now), -core::k_max_counter, b.rate.capacity())});
         }
     }
     return out;

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "tokengate/core/saturate.hpp"
 #include "tokengate/core/sha256.hpp"
 
 namespace tokengate::store {
@@ -49,8 +50,8 @@ private:
 };
 
 bool in_range(const MemoryStore::SavedQuota& q) {
-    return std::isfinite(q.used) && q.used >= 0 && q.used <= 1e18 && std::isfinite(q.added) && q.added >= 0 &&
-           q.added <= 1e18 && q.window.start < q.window.end;
+    return std::isfinite(q.used) && q.used >= 0 && q.used <= core::k_max_counter && std::isfinite(q.added) &&
+           q.added >= 0 && q.added <= core::k_max_counter && q.window.start < q.window.end;
 }
 
 void put_key(std::string& out, std::string_view key) {
@@ -62,8 +63,8 @@ void put_key(std::string& out, std::string_view key) {
 bool in_range(const MemoryStore::SavedBucket& b) {
     // The config loader's own bounds for a limit (docs/hardening.md).
     return std::isfinite(b.capacity) && b.capacity > 0 && b.capacity <= 1e15 && std::isfinite(b.rate_per_s) &&
-           b.rate_per_s >= 1e-9 && b.rate_per_s <= 1e12 && std::isfinite(b.tokens) && b.tokens >= -b.capacity &&
-           b.tokens <= b.capacity;
+           b.rate_per_s >= 1e-9 && b.rate_per_s <= 1e12 && std::isfinite(b.tokens) &&
+           b.tokens >= -core::k_max_counter && b.tokens <= b.capacity;
 }
 
 }  // namespace
@@ -164,7 +165,9 @@ bool write_state_file(const std::string& path, std::string_view bytes, std::stri
         error = step + " " + temp + ": " + std::strerror(errno);
         return false;
     };
-    int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    // Created afresh, never through a planted link: a leftover from a crash is removed first.
+    ::unlink(temp.c_str());
+    int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) return fail("cannot create");
     for (std::size_t written = 0; written < bytes.size();) {
         auto n = ::write(fd, bytes.data() + written, bytes.size() - written);

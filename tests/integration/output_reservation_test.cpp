@@ -72,12 +72,23 @@ TEST(CapOutput, TheUpstreamReceivesTheLoweredFieldForEachOfTheFourNames) {
     EXPECT_EQ(plain.request(post("/v1/completions", {{"max_tokens", 5000}, {"prompt", "hi"}})).status, 429);
 }
 
-TEST(StopAtBudget, AStreamWithoutMaxTokensStopsWithinOneChunkOfTheBudget) {
-    // 400 cost units, refilling 1 a second; a request without max_tokens reserves 16 output
-    // tokens, and the mock would generate 5000.
-    GatewayUnderTest gw(config("  stop_at_budget: true\n  default_max_tokens: 16\n",
-                               "{ name: tokens, algorithm: token_bucket, capacity: 400, rate: 1/s, unit: cost }"),
-                        "", 2000);
+/// SPEC §17: the bound goes upstream, so only a learned reservation (smaller than the bound)
+/// leaves a stream room to run past what it reserved.
+const std::string k_learned_5000 =
+    "  stop_at_budget: true\n  default_max_tokens: 5000\n  output_estimate: learned\n  learned: { min_samples: 1 }\n";
+
+TEST(StopAtBudget, AStreamWithoutMaxTokensStopsWithinOneBlockOfTheBudget) {
+    // 400 cost units, refilling 1 a second; once one answer of 16 tokens taught the estimate,
+    // a request without max_tokens reserves 16 output tokens, and the mock would generate 5000.
+    GatewayUnderTest gw(
+        config(k_learned_5000, "{ name: tokens, algorithm: token_bucket, capacity: 400, rate: 1/s, unit: cost }"), "",
+        2000);
+    ASSERT_EQ(
+        gw.request(post("/v1/chat/completions",
+                        {{"model", "m"}, {"max_tokens", 16}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}}))
+            .status,
+        200);
+    ASSERT_TRUE(gw.wait_settled(1));
     json body = {{"model", "m"},
                  {"stream", true},
                  {"stream_options", {{"include_usage", true}}},
@@ -89,9 +100,10 @@ TEST(StopAtBudget, AStreamWithoutMaxTokensStopsWithinOneChunkOfTheBudget) {
     std::size_t tokens = 0;
     const std::string word = "\"delta\":{\"content\":";
     for (auto at = r.body.find(word); at != std::string::npos; at = r.body.find(word, at + 1)) ++tokens;
-    const double input = 4 + 1 + 3;  // one message "hi" with its framing and the reply's
-    EXPECT_GE(tokens, before - input - 2) << "it ran up to the budget";
-    EXPECT_LE(tokens, before - input + 2) << "and stopped within a chunk of it";
+    const double input = 4 + 1 + 1 + 3;  // one message "hi" with its role, framing and the reply's
+    // Charged a block of stream_charge_every (64) tokens at a time as it relays (SPEC §17).
+    EXPECT_GE(tokens, before - input - 64 - 2) << "it ran up to the budget";
+    EXPECT_LE(tokens, before - input + 64 + 2) << "and stopped within a block of it";
     auto last_chunk = r.body.rfind("\"finish_reason\":\"length\"");
     ASSERT_NE(last_chunk, std::string::npos) << r.body.substr(r.body.size() > 600 ? r.body.size() - 600 : 0);
     auto usage_at = r.body.find("\"usage\":{", last_chunk);
@@ -102,9 +114,9 @@ TEST(StopAtBudget, AStreamWithoutMaxTokensStopsWithinOneChunkOfTheBudget) {
     EXPECT_NEAR(static_cast<double>(usage["usage"]["completion_tokens"].get<std::size_t>()),
                 static_cast<double>(tokens), 3);
     EXPECT_EQ(r.body.substr(r.body.size() - 14), "data: [DONE]\n\n");
-    ASSERT_TRUE(gw.wait_settled(1));
-    // The debt stays bounded: at most a chunk or so below zero (plus a second of refill).
-    EXPECT_GT(remaining(gw), -4.0);
+    ASSERT_TRUE(gw.wait_settled(2));
+    // The debt stays bounded: at most a block or so below zero (plus a second of refill).
+    EXPECT_GT(remaining(gw), -64.0 - 4.0);
     // The upstream request was cut off, not left generating 5000 tokens.
     Response metrics;
     for (int i = 0; i < 100; ++i) {
@@ -117,15 +129,18 @@ TEST(StopAtBudget, AStreamWithoutMaxTokensStopsWithinOneChunkOfTheBudget) {
 }
 
 TEST(StopAtBudget, EachDialectEndsInItsOwnFinalEvent) {
-    GatewayUnderTest gw(config("  stop_at_budget: true\n  default_max_tokens: 16\n",
-                               "{ name: tokens, algorithm: token_bucket, capacity: 100, rate: 1000/s, unit: cost }"),
-                        "", 0);
+    GatewayUnderTest gw(
+        config(k_learned_5000, "{ name: tokens, algorithm: token_bucket, capacity: 100, rate: 1000/s, unit: cost }"),
+        "", 0);
+    // One short answer for each model teaches the estimate: then nothing but the budget stops them.
+    ASSERT_EQ(gw.request(post("/v1/completions", {{"model", "m"}, {"prompt", "hi"}, {"max_tokens", 8}})).status, 200);
+    ASSERT_EQ(gw.request(post("/generate", {{"inputs", "hi"}, {"parameters", {{"max_new_tokens", 8}}}})).status, 200);
     const std::vector<std::tuple<std::string, json, std::string>> cases = {
         {"/v1/completions", {{"model", "m"}, {"stream", true}, {"prompt", "hi"}}, "\"finish_reason\":\"length\""},
         {"/v1/responses", {{"model", "m"}, {"stream", true}, {"input", "hi"}}, "event: response.incomplete"},
         {"/generate_stream", {{"inputs", "hi"}}, "\"finish_reason\":\"length\",\"generated_tokens\":"},
     };
-    double answered = 0;
+    double answered = 2;
     for (const auto& [path, body, ending] : cases) {
         SCOPED_TRACE(path);
         ASSERT_TRUE(gw.wait_settled(answered++));  // the previous stream is charged what it relayed

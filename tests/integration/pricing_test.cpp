@@ -147,7 +147,8 @@ TEST_F(Pricing, BadCountsAre400sOnTheDataPlane) {
 
 TEST_F(Pricing, ResponsesApiIsSettledFromItsUsageAndForwardedUntouched) {
     reply = http_ok(R"({"object":"response","usage":{"input_tokens":400,"output_tokens":100}})", "application/json");
-    const std::string body = R"({"model":"m","input":"hello","max_output_tokens":4000})";
+    // 400 reported input tokens: a body of that size (a report past it would be clamped, SPEC §17).
+    const std::string body = R"({"model":"m","input":")" + std::string(400, 'a') + R"(","max_output_tokens":4000})";
     auto r = gw.request(Request{"POST", "/v1/responses", {k_auth}, body});
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(metric(R"(tokengate_tokens_total{tenant="acme",model="m",kind="completion"})", 1), "100");
@@ -173,7 +174,9 @@ TEST_F(Pricing, AResponsesStreamIsNotAskedForUsageAndSettlesFromResponseComplete
     EXPECT_EQ(metric(R"(tokengate_tokens_total{tenant="acme",model="m",kind="completion"})", 1), "250");
     std::lock_guard lock(mutex);
     ASSERT_EQ(bodies.size(), 1u);
-    EXPECT_EQ(bodies[0], body) << "no stream_options injected";
+    EXPECT_EQ(bodies[0].find("stream_options"), std::string::npos) << "no stream_options injected";
+    EXPECT_EQ(bodies[0], R"({"max_output_tokens":1000,"model":"m","input":"hello","stream":true})")
+        << "only the declared output bound written (SPEC §17)";
 }
 
 TEST_F(Pricing, TgiGenerateStreamSettlesFromItsDetails) {
@@ -194,7 +197,8 @@ TEST_F(Pricing, TgiGenerateStreamSettlesFromItsDetails) {
 TEST_F(Pricing, EmbeddingsAreSettledFromPromptTokens) {
     reply =
         http_ok(R"({"object":"list","data":[],"usage":{"prompt_tokens":700,"total_tokens":700}})", "application/json");
-    auto r = gw.request(Request{"POST", "/v1/embeddings", {k_auth}, R"({"model":"m","input":"hello"})"});
+    auto r = gw.request(
+        Request{"POST", "/v1/embeddings", {k_auth}, R"({"model":"m","input":")" + std::string(700, 'a') + "\"}"});
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(metric(R"(tokengate_tokens_total{tenant="acme",model="m",kind="prompt"})", 1), "700");
     EXPECT_EQ(metric(R"(tokengate_cost_settled_total{tenant="acme"})", 1), "8") << "700/100 + the output minimum";

@@ -114,6 +114,9 @@ struct ServerConfig {
     core::Nanos drain_timeout = 30 * core::k_nanos_per_second;
     std::vector<core::Cidr> trusted_proxies;
     std::optional<ServerTlsConfig> tls;
+    /// SPEC §17: bodies larger than this are tokenized on the pricing pool, off the event loop.
+    std::uint64_t pricing_offload_bytes = 64u << 10;
+    unsigned pricing_threads = 1;
 };
 
 struct AdminConfig {
@@ -189,7 +192,9 @@ struct ModelCost {
     ImageScheme image_tokens;
     std::uint64_t image_default_tokens = 1000;  // an image behind a URL, or of unknown format
     std::uint64_t media_default_tokens = 1000;  // each audio, video or file part
-    std::optional<ModelPrice> price;            // none: its requests cost 0 USD
+    /// Completions' `prompt_embeds`: decoded bytes per token; 0 refuses them (SPEC §17).
+    std::uint64_t embeds_bytes_per_token = 0;
+    std::optional<ModelPrice> price;  // none: its requests cost 0 USD
 };
 
 /// SPEC §12: where the output reservation comes from.
@@ -219,6 +224,8 @@ struct CostConfig {
     bool cap_output = false;        // lower the output field instead of refusing (SPEC §12)
     std::uint64_t min_output = 16;  // the least output a capped request keeps
     bool stop_at_budget = false;    // end a stream that runs past the budget
+    /// Tokens a stream relays between its live charges to the tenant's cost limits (SPEC §17).
+    std::uint64_t stream_charge_every = 64;
 };
 
 /// Who goes first when the GPUs are overloaded (SPEC §13).

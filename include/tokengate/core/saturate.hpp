@@ -21,6 +21,16 @@ inline std::int64_t saturate_to_int64(double value, std::int64_t bound = k_forev
     return static_cast<std::int64_t>(std::llround(value));
 }
 
+/// SPEC §17: the range of every counter settlement or the admin API moves (quota used and
+/// added, a bucket's debt): what the state file's loader accepts, so no client or upstream
+/// number can make state unloadable.
+inline constexpr double k_max_counter = 1e18;
+
+/// a + b, at most UINT64_MAX: token counts come from clients and upstreams.
+inline std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) {
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
 /// 128-bit narrowing, saturating at ±bound.
 inline std::int64_t narrow_saturated(__int128 value, std::int64_t bound = k_forever) {
     if (value > bound) return bound;

@@ -11,17 +11,26 @@
 
 namespace tokengate::cost {
 
-/// SPEC §11: what kind of request a body is. The path's last segment decides; on any other
-/// path, `messages` is chat, `prompt` completions, `inputs` TGI native.
-enum class Endpoint { unknown, chat, completions, embeddings, rerank, responses, tgi };
+/// SPEC §11, §17: what kind of request a body is. The path's last segment decides; on any other
+/// path, `messages` is chat, `prompt` completions, `inputs` TGI native. `/generate` with `text`
+/// or `input_ids` is SGLang's native API; `/infill` is llama.cpp's.
+enum class Endpoint { unknown, chat, completions, embeddings, rerank, responses, tgi, sglang, infill };
 const char* to_string(Endpoint endpoint);
 /// The endpoint a path names by its last segment ("/x/v1/chat/completions", "/generate"), or
 /// unknown.
 Endpoint endpoint_for_path(std::string_view path);
 
 /// The body field that bounds a request's output: the one it priced, or for a request that
-/// names none, the one its endpoint reads (`parameters.max_new_tokens` for TGI).
-enum class OutputField { max_completion_tokens, max_tokens, max_output_tokens, max_new_tokens };
+/// names none, the one its endpoint reads (`parameters.max_new_tokens` for TGI,
+/// `sampling_params.max_new_tokens` for SGLang; llama.cpp's `n_predict` only when named).
+enum class OutputField {
+    max_completion_tokens,
+    max_tokens,
+    max_output_tokens,
+    max_new_tokens,
+    sampling_max_new_tokens,
+    n_predict
+};
 const char* to_string(OutputField field);
 
 /// What the gateway needs to know about a request body to price it.
@@ -35,11 +44,13 @@ struct RequestSummary {
     /// The output limit the request names (max_completion_tokens, max_tokens,
     /// max_output_tokens, parameters.max_new_tokens), else the default.
     std::uint64_t output_per_sequence = 0;
-    bool output_named = false;  // the body named its limit: no model default replaces it
+    bool output_named = false;        // the body named its limit: no model default replaces it
+    bool output_key_present = false;  // the key output_field_written() writes, or its object, is there
     OutputField output_field = OutputField::max_tokens;
     std::uint64_t sequences = 1;          // n, prompts × max(n, best_of), TGI's best_of; 0: no output
     std::uint64_t max_output_tokens = 0;  // sequences × output_per_sequence, saturated
     std::uint64_t images = 0;             // image parts priced (their tokens are in input_tokens)
+    std::uint64_t body_bytes = 0;         // the body's size: what bounds a reported prompt (SPEC §17)
 
     /// Whether the gateway asks a stream for its usage (chat and completions only: the
     /// Responses API and TGI report it in their final events unasked).
@@ -49,7 +60,7 @@ struct RequestSummary {
 /// The most sequences one request may ask for (`n`, `best_of`): OpenAI's bound for `n`.
 inline constexpr std::uint64_t k_max_sequences = 128;
 
-enum class BodyError { none, invalid_json, invalid_body };
+enum class BodyError { none, invalid_json, invalid_body, duplicate_key };
 
 class Tokenizer;
 class Tokenizers;
@@ -77,8 +88,12 @@ ParsedBody parse_request_body(std::string_view body, const config::CostConfig& c
 /// The body with `stream_options.include_usage: true` added, so a stream ends with its usage.
 std::string with_stream_usage(std::string_view body, bool has_stream_options);
 
-/// The body with its output field (`summary.output_field`) set to `per_sequence`: SPEC §12's
-/// cap_output. The body was validated by parse_request_body.
+/// The field the output bound is written to: the one the request named, else its endpoint's.
+OutputField output_field_written(const RequestSummary& summary);
+
+/// The body with its output field (`summary.output_field`, or the endpoint's when none was named)
+/// set to `per_sequence`: SPEC §12's cap_output and §17's output bound. The body was validated by
+/// parse_request_body (no key appears twice).
 std::string with_output_limit(std::string_view body, const RequestSummary& summary, std::uint64_t per_sequence);
 
 /// Heuristic token count: about one token per CJK character, about four bytes per token else.

@@ -30,6 +30,9 @@ public:
     void stop_after(std::uint64_t tokens) {
         if (sse_) sse_->stop_after(tokens);
     }
+    void stop_now() {
+        if (sse_) sse_->stop_now();
+    }
     bool stopped() const { return sse_ && sse_->stopped(); }
     std::string final_events(bool client_wants_usage, std::uint64_t prompt_tokens) const {
         return sse_ ? sse_->final_events(client_wants_usage, prompt_tokens) : std::string();
@@ -54,14 +57,25 @@ struct SettledCost {
     std::uint64_t cached_tokens = 0;  // of the prompt, as the upstream reported them
     bool usage_reported = false;      // the counts are the upstream's own, not estimates
     bool kept_reservation = false;    // a complete answer without usage: what was reserved stands
+    bool clamped = false;             // the upstream reported more than the request could have used
 };
+
+/// What a request could have used (SPEC §17): input, the larger of its body's bytes and 4 × the
+/// input estimate, plus 64; output, its bound × sequences.
+struct UsageBounds {
+    std::uint64_t prompt = UINT64_MAX;
+    std::uint64_t completion = UINT64_MAX;
+};
+UsageBounds usage_bounds(const RequestSummary& request, std::uint64_t output_bound);
 
 /// SPEC §5 and §10's settlement rule: an upstream that failed before any response refunds
 /// everything (cost 0); the upstream's usage prices the request when it came; without usage, a stream or a response cut
 /// short is charged its input and the text actually streamed; a complete non-2xx response
 /// generated nothing (0); any other complete response keeps its reservation.
+/// Reported counts are clamped to `bounds`.
 SettledCost settled_cost(const config::CostConfig& config, double cost_factor, const RequestSummary& request,
-                         double reserved, const ResponseUsage& observed, const ExchangeEnd& end);
+                         double reserved, const ResponseUsage& observed, const ExchangeEnd& end,
+                         const UsageBounds& bounds = {});
 
 /// The settled exchange in every unit a limit counts (SPEC §14): the reservation where it was
 /// kept, else the settled cost, the tokens and their price.

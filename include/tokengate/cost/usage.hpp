@@ -13,8 +13,9 @@ namespace tokengate::cost {
 class Tokenizer;
 
 /// Token counts an upstream reported: OpenAI's `usage` (prompt/completion tokens), the
-/// Responses API's (input/output tokens), or TGI's `details.generated_tokens`, which carries
-/// no prompt count.
+/// Responses API's (input/output tokens), SGLang's `meta_info`, or TGI's
+/// `details.generated_tokens`, which carries no prompt count. Without any of them, a body's
+/// output counted in every channel (prompt_known false).
 struct Usage {
     bool known = false;
     bool prompt_known = true;  // false: TGI's counts; the prompt is the gateway's estimate
@@ -33,6 +34,8 @@ public:
     Usage finish() const;
 
 private:
+    Usage body_usage(simdjson::dom::object doc) const;
+
     std::size_t max_bytes_;
     const Tokenizer* tokenizer_;
     std::string body_;
@@ -61,6 +64,8 @@ public:
     /// SPEC §12's stop_at_budget: once the streamed text passes `tokens`, the event that passed
     /// it is the last one forwarded; everything after it is dropped.
     void stop_after(std::uint64_t tokens) { stop_after_ = tokens; }
+    /// Ends the stream after what was forwarded so far (a live budget refused more).
+    void stop_now() { stopped_ = true; }
     bool stopped() const { return stopped_; }
     /// The events that end a stopped stream cleanly in its own dialect: a final chunk per
     /// choice with `finish_reason: "length"`, the usage chunk when the client asked for usage
@@ -76,6 +81,9 @@ private:
     /// Inspects one complete event: reads its usage and text, and says what to forward.
     Verdict inspect(std::string_view event);
     void append_without_null_usage(std::string_view event);
+    /// The output an event adds: every channel's text; SGLang's `text` is the whole output so
+    /// far, so only what it adds counts (or its meta_info's count, when larger).
+    std::uint64_t stream_event_tokens(simdjson::dom::object doc);
 
     bool hide_usage_;
     std::size_t max_event_bytes_;
@@ -91,6 +99,7 @@ private:
     std::int64_t created_ = 0;
     std::uint64_t choices_ = 1;  // the highest choice index seen, plus one
     std::uint64_t tgi_index_ = 0;
+    std::size_t sglang_text_bytes_ = 0;  // the length of SGLang's cumulative text so far
 };
 
 }  // namespace tokengate::cost

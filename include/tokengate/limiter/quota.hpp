@@ -1,5 +1,7 @@
 #pragma once
 
+#include <algorithm>
+
 #include "tokengate/config/config.hpp"
 #include "tokengate/core/calendar.hpp"
 #include "tokengate/limiter/rate_bucket.hpp"
@@ -27,12 +29,12 @@ public:
     void place(const config::LimitSpec& spec, core::Nanos unix_now);
     /// Admits iff used + amount <= limit + top-ups. Call place() first.
     Verdict check(double amount, double limit, core::Nanos unix_now) const;
-    void consume(double amount) { used_ += amount; }
+    void consume(double amount) { used_ = std::min(used_ + amount, core::k_max_counter); }
     /// Settlement of a charge taken in `window`: none once that window has ended. The count
     /// never goes below zero.
     void adjust(double delta, const core::CalendarWindow& window);
     /// Admin: more allowance for the current window only.
-    void top_up(double amount) { added_ += amount; }
+    void top_up(double amount) { added_ = std::min(added_ + amount, core::k_max_counter); }
     /// Admin: the current window starts over.
     void reset() { used_ = added_ = 0; }
 

@@ -2,6 +2,7 @@
 
 #include "tokengate/config/config.hpp"
 #include "tokengate/core/clock.hpp"
+#include "tokengate/core/saturate.hpp"
 
 namespace tokengate::limiter {
 
@@ -21,21 +22,22 @@ struct Verdict {
 /// Integer nanoseconds keep the arithmetic exact for rates that divide a second. They are
 /// 128-bit: tau for 1e15 units at 1e-9/s is 1e33 ns, far past an int64, and an amount is
 /// compared with the capacity as a double before it is ever turned into time, so no client
-/// number can overflow the state (amounts over C are refused as never; settlement is clamped
-/// to the debt floor −C and to a full bucket).
+/// number can overflow the state (amounts over C are refused as never). Settlement may take a
+/// bucket into debt as deep as the amounts settled (SPEC §17: paid back, never forgiven), down
+/// to −core::k_max_counter, and refunds no further than a full bucket.
 class RateBucket {
 public:
     RateBucket() = default;
     /// A new bucket: a token bucket at its `initial` fill, a leaky meter empty (full of room).
     RateBucket(const config::LimitSpec& spec, core::Nanos now);
 
-    /// A bucket brought back from a state file: `tokens` (down to −capacity, a debt) at `now`.
+    /// A bucket brought back from a state file: `tokens` (below zero, a debt) at `now`.
     static RateBucket restored(double capacity, double rate_per_s, double tokens, core::Nanos now);
 
     Verdict check(double amount, core::Nanos now) const;
-    /// Charges an amount check() admitted (anything else is clamped to the debt floor).
+    /// Charges an amount check() admitted (never more than the capacity at once).
     void consume(double amount, core::Nanos now);
-    /// Settlement: positive charges more (down to a debt of -C), negative refunds (up to C).
+    /// Settlement: positive charges more (into debt), negative refunds (up to C).
     void adjust(double delta, core::Nanos now);
 
     double tokens(core::Nanos now) const;
@@ -50,8 +52,8 @@ private:
     using Ticks = __int128;
     /// The time `amount` units take to refill; `amount` must lie within [0, 2C].
     Ticks ticks_for(double amount) const;
-    /// The debt floor: a bucket at −C is full again after 2·tau.
-    Ticks floor_at(core::Nanos now) const { return now + 2 * tau_; }
+    /// The debt floor, −k_max_counter: only a bucket past any real debt stops there.
+    Ticks floor_at(core::Nanos now) const { return now + tau_ + ticks_for(core::k_max_counter); }
 
     Ticks tat_ = 0;
     Ticks tau_ = 0;

@@ -39,8 +39,8 @@ struct ForwardHooks {
     std::function<std::string_view(std::string_view data, bool last)> on_chunk;
     /// Asked after each piece went to the client: bytes to end the response with now (the
     /// upstream's rest is not read; its connection is dropped, which cancels its request), or
-    /// nothing to go on.
-    std::function<std::string_view()> stop;
+    /// nothing to go on. It may wait (a shared budget charged on Redis).
+    std::function<net::awaitable<std::string_view>()> stop;
 };
 
 struct RelayOptions {
@@ -156,7 +156,7 @@ net::awaitable<Relayed> relay(Upstream& upstream, beast::flat_buffer& buffer,
             break;
         }
         if (!last && !out.client_failed && hooks.stop)
-            if (auto tail = hooks.stop(); !tail.empty()) {
+            if (auto tail = co_await hooks.stop(); !tail.empty()) {
                 auto [sec, sn] = co_await send(tail, true);
                 out.client_failed = static_cast<bool>(sec);
                 out.stopped = true;

@@ -6,7 +6,10 @@
 
 #include <cstddef>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace tokengate::proxy {
 
@@ -60,8 +63,10 @@ private:
 
     http::request_parser<http::string_body> parser_;
     std::size_t max_header_bytes_;
-    std::size_t scanned_ = 0;        // bytes already searched for the header's end
-    std::size_t header_fields_ = 0;  // fields in the head; later ones are trailers
+    std::size_t scanned_ = 0;  // bytes already searched for the header's end
+    // A chunked request's head, as it was before any trailer: Beast files a trailer field next
+    // to a head field of the same name, so trailers cannot be told apart by position.
+    std::vector<std::pair<std::string, std::string>> chunked_head_;
     RequestError error_ = RequestError::none;
 };
 

@@ -10,6 +10,14 @@ Rejection invalid(http::status status, std::string_view code, std::string messag
     return {status, "invalid_request_error", std::string(code), std::move(message), {}, {}, {}};
 }
 
+std::string_view body_error_code(cost::BodyError error) {
+    switch (error) {
+        case cost::BodyError::invalid_json: return "invalid_json";
+        case cost::BodyError::duplicate_key: return "duplicate_key";
+        default: return "invalid_body";
+    }
+}
+
 }  // namespace
 
 std::variant<Admitted, Rejection> admit(const Runtime& runtime, const Incoming& in, const cost::OutputHistory& history,
@@ -27,8 +35,7 @@ std::variant<Admitted, Rejection> admit(const Runtime& runtime, const Incoming& 
     a.principal = *who;
     auto parsed = cost::parse_request_body(in.body, cfg.cost, &runtime.tokenizers, in.target.path, &cfg.models);
     if (parsed.error != cost::BodyError::none)
-        return invalid(http::status::bad_request,
-                       parsed.error == cost::BodyError::invalid_json ? "invalid_json" : "invalid_body", parsed.message);
+        return invalid(http::status::bad_request, body_error_code(parsed.error), parsed.message);
     a.summary = std::move(parsed.summary);
     a.cost_factor = parsed.model ? parsed.model->cost_factor : 1.0;
     a.price = parsed.model && parsed.model->price ? &*parsed.model->price : nullptr;

@@ -25,6 +25,10 @@ struct OutputReservation {
     std::uint64_t tokens = 0;        // for all sequences, saturated
     std::uint32_t samples = 0;       // settlements known for this tenant and model
     std::uint64_t quantile = 0;      // their quantile, when there are enough
+
+    /// SPEC §17: the output bound per sequence written upstream: the declared output, or what
+    /// cap_output lowered it to. A learned reservation may be smaller; settlement charges the rest.
+    std::uint64_t bound() const { return capped ? per_sequence : declared; }
 };
 
 /// The reason, in words, for /admin/explain.

@@ -51,8 +51,10 @@ Exchanged conclude(const ExchangeRequest& in, const proxy::ForwardResult& result
         case proxy::ForwardOutcome::upstream_broken: break;
         case proxy::ForwardOutcome::client_gone: out.status = 499; break;
     }
-    out.settled =
-        cost::settled_cost(cfg.cost, in.admitted.cost_factor, summary, in.admitted.reserved.cost, observed, end);
+    const auto& output = in.admitted.output;
+    auto bound = output.capped ? output.tokens : summary.max_output_tokens;  // every sequence's, saturated
+    out.settled = cost::settled_cost(cfg.cost, in.admitted.cost_factor, summary, in.admitted.reserved.cost, observed,
+                                     end, cost::usage_bounds(summary, bound));
     return out;
 }
 
@@ -68,6 +70,18 @@ void count_handshakes(Worker& worker, const std::string& upstream, const proxy::
     if (worker.services.upstream_tls_log.allow(upstream, LogThrottle::clock::now(), held_back))
         spdlog::warn("upstream {}: TLS handshake failed: {} ({} more since the last report)", upstream, tls.failure,
                      held_back);
+}
+
+/// An upstream that reports more than the request could have used is broken or hostile: its
+/// report is clamped, counted, and logged once a day per upstream.
+void usage_clamped(Worker& worker, const std::string& upstream, const cost::SettledCost& settled) {
+    worker.services.metrics.usage_clamped.add({upstream});
+    std::uint64_t held_back = 0;
+    if (worker.services.usage_clamp_log.allow(upstream, LogThrottle::clock::now(), held_back))
+        spdlog::warn(
+            "upstream {} reported usage past what the request could have used; settled at the bound "
+            "({} prompt, {} completion tokens)",
+            upstream, settled.prompt_tokens, settled.completion_tokens);
 }
 
 }  // namespace
@@ -91,7 +105,9 @@ net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
     bool usage_injected = summary.stream && summary.injects_stream_usage() && !summary.client_wants_usage;
     auto body = usage_injected ? cost::with_stream_usage(in.request.body(), summary.has_stream_options)
                                : std::move(in.request.body());
-    if (in.admitted.output.capped) body = cost::with_output_limit(body, summary, in.admitted.output.per_sequence);
+    // SPEC §17: the upstream generates no more than was declared, even when the client named no limit.
+    if (summary.sequences > 0 && (in.admitted.output.capped || !summary.output_named))
+        body = cost::with_output_limit(body, summary, in.admitted.output.bound());
     auto up = proxy::make_upstream_request(in.request.base(), in.target, upstream, in.origin, std::move(body));
 
     cost::ResponseUsage observed;
@@ -101,16 +117,24 @@ net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
         proxy::wire::field(head, "X-Request-Id", in.origin.request_id);
         observed.start(h[http::field::content_type], !h[http::field::content_length].empty(), usage_injected,
                        in.admitted.tokenizer);
-        if (in.stop_after) observed.stop_after(*in.stop_after);
+        if (in.live) observed.stop_after(in.live->covered() + cfg.cost.stream_charge_every);
     };
     hooks.replaced = replaced_in_response;
     hooks.on_chunk = [&](std::string_view data, bool last) { return observed.feed(data, last); };
     std::string final_events;
-    if (in.stop_after)
-        hooks.stop = [&]() -> std::string_view {
-            if (!observed.stopped()) return {};
+    if (in.live)
+        hooks.stop = [&]() -> net::awaitable<std::string_view> {
+            // Past what is paid for, the next block is charged before anything more is relayed.
+            while (!observed.stopped() && observed.streamed_tokens() >= in.live->covered()) {
+                if (!co_await in.live->extend(*services.store)) {
+                    observed.stop_now();
+                    break;
+                }
+                observed.stop_after(in.live->covered() + cfg.cost.stream_charge_every);
+            }
+            if (!observed.stopped()) co_return std::string_view{};
             final_events = observed.final_events(summary.client_wants_usage, summary.input_tokens);
-            return final_events;
+            co_return std::string_view(final_events);
         };
 
     auto started = clock.now();
@@ -127,6 +151,7 @@ net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
         services.activity.first_byte(upstream.name, ttfb);
     }
     auto out = conclude(in, result, observed);
+    if (out.settled.clamped) usage_clamped(worker, upstream.name, out.settled);
     out.upstream = upstream.name;
     out.stopped = result.stopped;
     co_return out;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "admit.hpp"
+#include "live_budget.hpp"
 #include "rejection.hpp"
 #include "tokengate/cost/settlement.hpp"
 #include "tokengate/proxy/forward.hpp"
@@ -35,7 +36,7 @@ struct ExchangeRequest {
     const std::vector<limiter::HeaderField>& headers;  // added to the client's response head
     proxy::ClientSide client;
     proxy::ExchangeWatch& watch;
-    std::optional<std::uint64_t> stop_after;  // stop_at_budget: the output tokens the stream may relay
+    LiveBudget* live = nullptr;  // stop_at_budget: what the stream has paid for, charged as it goes
 };
 
 struct Exchanged {

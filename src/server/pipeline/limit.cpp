@@ -93,6 +93,13 @@ void Permit::settle(const config::Amounts& actual) {
     metrics_->settled.add({tenant_});
 }
 
+void Permit::held_more(std::span<const limiter::Charge> buckets, double amount) {
+    if (amount == 0) return;
+    for (auto& c : charged_)
+        for (const auto& b : buckets)
+            if (c.key == b.key) c.amount += amount;
+}
+
 net::awaitable<store::TurnResult> Permit::wait_turn(store::Store& store, const core::Clock& clock,
                                                     std::span<const limiter::Charge> charges, store::TurnWatch watch) {
     if (!decision_.must_wait()) co_return store::TurnResult{};

@@ -36,6 +36,8 @@ public:
     ~Permit() { settle(reserved_); }
 
     void settle(const config::Amounts& actual);
+    /// A live budget charged `amount` more to these buckets: settlement starts from there.
+    void held_more(std::span<const limiter::Charge> buckets, double amount);
     bool settled() const { return done_; }
     const limiter::Decision& decision() const { return decision_; }
     /// The rate-limit headers every answer to this request carries (SPEC §6).

@@ -56,7 +56,7 @@ TEST(ParseRequestBody, ChatRequest) {
     EXPECT_TRUE(p.summary.stream);
     EXPECT_TRUE(p.summary.client_wants_usage);
     EXPECT_EQ(p.summary.max_output_tokens, 100u);
-    EXPECT_EQ(p.summary.input_tokens, 4u + 1u + 3u) << "message framing + one word + reply priming";
+    EXPECT_EQ(p.summary.input_tokens, 4u + 1u + 1u + 3u) << "message framing + role + one word + reply priming";
 }
 
 TEST(ParseRequestBody, MaxCompletionTokensWinsAndDefaultApplies) {
@@ -69,12 +69,25 @@ TEST(ParseRequestBody, MaxCompletionTokensWinsAndDefaultApplies) {
     EXPECT_EQ(parse_request_body("", c).summary.max_output_tokens, 0u);
 }
 
-TEST(ParseRequestBody, DuplicatePricingKeysAreRefused) {
+TEST(ParseRequestBody, DuplicateKeysAreRefusedAtEveryDepthNamingTheirPointer) {
     config::CostConfig c;
     auto p = parse_request_body(R"({"max_tokens":1,"messages":[],"max_tokens":4000})", c);
-    EXPECT_EQ(p.error, BodyError::invalid_body);
-    EXPECT_NE(p.message.find("duplicate key 'max_tokens'"), std::string::npos);
-    EXPECT_EQ(parse_request_body(R"({"user":"a","user":"b"})", c).error, BodyError::none) << "only keys that price";
+    EXPECT_EQ(p.error, BodyError::duplicate_key);
+    EXPECT_NE(p.message.find("'/max_tokens'"), std::string::npos) << p.message;
+    EXPECT_EQ(parse_request_body(R"({"user":"a","user":"b"})", c).error, BodyError::duplicate_key);
+    // Below the top level, after unescaping, with '/' and '~' escaped in the pointer.
+    p = parse_request_body(
+        R"({"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"input_audio","type":"text","text":"b"}]}]})",
+        c);
+    EXPECT_EQ(p.error, BodyError::duplicate_key);
+    EXPECT_NE(p.message.find("'/messages/0/content/1/type'"), std::string::npos) << p.message;
+    p = parse_request_body(R"({"x":{"a/b~":1,"a/b~":2}})", c);
+    EXPECT_NE(p.message.find("'/x/a~1b~0'"), std::string::npos) << p.message;
+    // A large object (sorted, not compared pairwise) too.
+    std::string wide = R"({"prompt":"x")";
+    for (int i = 0; i < 40; ++i) wide += ",\"k" + std::to_string(i) + "\":1";
+    EXPECT_EQ(parse_request_body(wide + "}", c).error, BodyError::none);
+    EXPECT_EQ(parse_request_body(wide + R"(,"k7":2})", c).error, BodyError::duplicate_key);
 }
 
 TEST(ParseRequestBody, Errors) {

@@ -24,7 +24,7 @@ RequestSummary priced(std::string_view path, std::string_view body) {
 
 std::string refusal(std::string_view path, std::string_view body) {
     auto p = parse_request_body(body, defaults(), nullptr, path);
-    return p.error == BodyError::invalid_body ? p.message : "accepted";
+    return p.error == BodyError::invalid_body || p.error == BodyError::duplicate_key ? p.message : "accepted";
 }
 
 const std::string k_words = [] {
@@ -180,10 +180,10 @@ TEST(RequestBody, BadSequenceCountsAndWrongTypesAre400s) {
     EXPECT_EQ(refusal("/generate", R"({"inputs":"a","parameters":{"best_of":0}})"),
               "'parameters.best_of' must be an integer from 1 to 128");
     EXPECT_EQ(refusal("/generate", R"({"inputs":"a","parameters":{"max_new_tokens":1,"max_new_tokens":4000}})"),
-              "duplicate key 'parameters.max_new_tokens'");
+              "The request body holds the key at '/parameters/max_new_tokens' twice.");
     EXPECT_EQ(refusal("/v1/rerank", R"({"query":5})"), "'query' must be a string, an array or an object");
     EXPECT_EQ(refusal("/v1/chat/completions", R"({"messages":[],"n":1,"n":8})"),
-              "duplicate key 'n' in the request body");
+              "The request body holds the key at '/n' twice.");
 }
 
 TEST(RequestBody, TheModelsOwnDefaultOutputAppliesWhenTheRequestNamesNone) {

@@ -92,7 +92,7 @@ struct Exchange {
                                               headers,
                                               {*gateway_end, true, 11, false},
                                               watch,
-                                              std::nullopt});
+                                              nullptr});
         };
         net::co_spawn(worker->ioc, go(), [](std::exception_ptr e) {
             if (e) std::rethrow_exception(e);

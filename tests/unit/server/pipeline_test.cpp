@@ -181,13 +181,13 @@ TEST(CapStage, LowersTheOutputToFitTheBudgetInsteadOfRefusing) {
     auto first = s.limit(a);
     ASSERT_TRUE(std::holds_alternative<Permit>(first)) << "capped, not refused";
     EXPECT_TRUE(a.output.capped);
-    EXPECT_EQ(a.output.per_sequence, 1000u - 8) << "input + output = the whole bucket";
+    EXPECT_EQ(a.output.per_sequence, 1000u - 9) << "input + output = the whole bucket";
     EXPECT_DOUBLE_EQ(a.reserved.cost, 1000);
     auto headers = std::get<Permit>(first).headers();
     auto capped = std::find_if(headers.begin(), headers.end(),
                                [](const auto& h) { return h.name == "x-tokengate-output-capped"; });
     ASSERT_NE(capped, headers.end());
-    EXPECT_EQ(capped->value, "992");
+    EXPECT_EQ(capped->value, "991");
     std::get<Permit>(first).settle(config::Amounts{1000});
     s.clock.advance(20s);  // 20 units back: 8 of input and 12 of output would fit, under min_output
     auto b = ask(5000);
@@ -197,7 +197,7 @@ TEST(CapStage, LowersTheOutputToFitTheBudgetInsteadOfRefusing) {
     s.clock.advance(10s);
     auto c = ask(5000);
     ASSERT_TRUE(std::holds_alternative<Permit>(s.limit(c)));
-    EXPECT_EQ(c.output.per_sequence, 30u - 8);
+    EXPECT_EQ(c.output.per_sequence, 30u - 9);
     EXPECT_EQ(s.metric("tokengate_output_capped_total{tenant=\"acme\"}"), "2");
     // A requests limit that refuses is not a budget: no cap helps.
     s.clock.advance(1000s);

@@ -1,0 +1,423 @@
+// SPEC §17 through the binary: a reservation binds the GPU. Each test replays an attack that
+// worked against the gateway before §17 (the bytes in the issue), against the real binary,
+// with the mock or a scripted upstream that lies, streams reasoning and tool calls, or speaks
+// SGLang.
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "harness.hpp"
+#include "scripted_upstream.hpp"
+
+namespace tokengate::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+const std::pair<std::string, std::string> k_auth = {"Authorization", "Bearer k1"};
+
+/// One token a unit: cost = input + output tokens.
+std::string config(const std::string& upstream, const std::string& cost, const std::string& limit) {
+    return "routes:\n  - { path_prefix: /, upstreams: [" + upstream +
+           "] }\n"
+           "cost:\n  input: { per: 1, min: 1 }\n  output: { per: 1, min: 1 }\n  stream_surcharge: 0\n" +
+           cost + "tiers:\n  t:\n    limits:\n      - " + limit +
+           "\ntenants:\n  - { id: acme, tier: t, keys: [\"k1\"] }\n";
+}
+
+Request post(const std::string& path, const std::string& body,
+             std::vector<std::pair<std::string, std::string>> extra = {}) {
+    extra.push_back(k_auth);
+    extra.emplace_back("Content-Type", "application/json");
+    return {"POST", path, extra, body};
+}
+
+double remaining(const GatewayUnderTest& gw, const std::string& name = "tokens") {
+    auto doc = json::parse(gw.admin(Request{"GET", "/admin/tenants/acme", {}, ""}).body, nullptr, false);
+    for (const auto& l : doc["limits"])
+        if (l["name"] == name) return l["remaining"].get<double>();
+    return 1e18;
+}
+
+json explain(const GatewayUnderTest& gw, const std::string& path, const json& body) {
+    auto r =
+        gw.admin(Request{"POST", "/admin/explain", {}, json{{"key", "k1"}, {"path", path}, {"body", body}}.dump()});
+    return json::parse(r.body, nullptr, false);
+}
+
+/// An upstream that records each body and answers with `answer(body)`.
+struct RecordingUpstream {
+    std::mutex mutex;
+    std::vector<std::string> bodies;
+    std::function<ScriptedUpstream::Reply(const std::string&)> answer;
+    ScriptedUpstream up{[this](const std::string&, const std::string& body) {
+        {
+            std::lock_guard lock(mutex);
+            bodies.push_back(body);
+        }
+        return answer(body);
+    }};
+    std::string last() {
+        std::lock_guard lock(mutex);
+        return bodies.empty() ? std::string() : bodies.back();
+    }
+};
+
+std::string sse_reply(const std::string& events) {
+    return "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" + [&] {
+        std::string chunked;
+        char size[32];
+        std::snprintf(size, sizeof size, "%zx\r\n", events.size());
+        chunked += size + events + "\r\n0\r\n\r\n";
+        return chunked;
+    }();
+}
+
+std::string chat_answer(std::uint64_t prompt, std::uint64_t completion) {
+    return http_ok(json{{"object", "chat.completion"},
+                        {"choices", {{{"index", 0}, {"message", {{"role", "assistant"}, {"content", "ok"}}}}}},
+                        {"usage", {{"prompt_tokens", prompt}, {"completion_tokens", completion}}}}
+                       .dump(),
+                   "application/json");
+}
+
+// §17 "The output bound goes upstream": each dialect's field, written only when the client
+// named none, and shown by /admin/explain.
+TEST(Binding, TheDeclaredOutputBoundIsWrittenUpstreamInEachDialectsField) {
+    RecordingUpstream rec;
+    rec.answer = [](const std::string&) { return ScriptedUpstream::Reply{chat_answer(1, 1)}; };
+    GatewayUnderTest gw(
+        config("scripted", "  default_max_tokens: 300\n",
+               "{ name: tokens, algorithm: token_bucket, capacity: 100000, rate: 1000/s, unit: cost }") +
+            "models:\n  big: { max_output_tokens: 77 }\n",
+        "", 1000, rec.up.yaml());
+    const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+        {"/v1/chat/completions", R"({"model":"m","messages":[{"role":"user","content":"hi"}]})", R"("max_tokens":300)"},
+        {"/v1/chat/completions", R"({"model":"big","messages":[{"role":"user","content":"hi"}]})",
+         R"("max_tokens":77)"},
+        {"/v1/completions", R"({"model":"m","prompt":"hi"})", R"("max_tokens":300)"},
+        {"/v1/responses", R"({"model":"m","input":"hi"})", R"("max_output_tokens":300)"},
+        {"/generate", R"({"inputs":"hi"})", R"("parameters":{"max_new_tokens":300})"},
+        {"/generate", R"({"inputs":"hi","parameters":{"temperature":0.5}})", R"("max_new_tokens":300)"},
+        {"/generate", R"({"text":"hi","sampling_params":{"temperature":0}})", R"("max_new_tokens":300)"},
+        {"/generate", R"({"text":"hi"})", R"("sampling_params":{"max_new_tokens":300})"},
+        // null is "none named": the upstream would read the later key of two, so it is replaced.
+        {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":null})",
+         R"("max_tokens":300)"},
+    };
+    for (const auto& [path, body, written] : cases) {
+        SCOPED_TRACE(path + " " + body);
+        auto r = gw.request(post(path, body));
+        ASSERT_EQ(r.status, 200) << r.body;
+        auto sent = rec.last();
+        EXPECT_NE(sent.find(written), std::string::npos) << sent;
+        EXPECT_EQ(sent.find("null"), std::string::npos) << sent;
+    }
+    // A named field goes as the client wrote it.
+    const std::string named = R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":5})";
+    ASSERT_EQ(gw.request(post("/v1/chat/completions", named)).status, 200);
+    EXPECT_EQ(rec.last(), named);
+    auto ex = explain(gw, "/v1/chat/completions", json::parse(R"({"model":"big","messages":[]})"));
+    EXPECT_EQ(ex["output_bound"]["per_sequence"], 77) << ex.dump();
+    EXPECT_EQ(ex["output_bound"]["field"], "max_tokens");
+    EXPECT_EQ(ex["output_bound"]["written_by_gateway"], true);
+}
+
+// The issue's first scenario: 25 one-token answers taught the learned estimate "1 token"; then
+// 8 parallel requests without max_tokens got 140,000 tokens against a 2,000 budget (70x).
+TEST(Binding, LearnedReservationsWithoutMaxTokensAreBoundedAndTheDebtIsRepaid) {
+    GatewayUnderTest gw(config("mock",
+                               "  default_max_tokens: 500\n  output_estimate: learned\n"
+                               "  learned: { min_samples: 5, window: 25 }\n",
+                               "{ name: tokens, algorithm: token_bucket, capacity: 2000, rate: 1/s, unit: cost }"),
+                        "", 0);
+    const std::string body = R"({"model":"m","messages":[{"role":"user","content":"hi"}]})";
+    for (int i = 0; i < 25; ++i)
+        ASSERT_EQ(gw.request(post("/v1/chat/completions", body, {{"x-mock-completion-tokens", "1"}})).status, 200);
+    ASSERT_TRUE(gw.wait_settled(25));
+    auto ex = explain(gw, "/v1/chat/completions", json::parse(body));
+    ASSERT_EQ(ex["output_estimate"]["source"], "learned") << ex.dump();
+    ASSERT_EQ(ex["output_tokens"], 1);
+    std::this_thread::sleep_for(1s);  // the 25 requests' cost (about 250) mostly back
+    std::vector<std::future<Response>> parallel;
+    for (int i = 0; i < 8; ++i)
+        parallel.push_back(std::async(std::launch::async, [&] {
+            return gw.request(post("/v1/chat/completions", body, {{"x-mock-completion-tokens", "17500"}}));
+        }));
+    std::uint64_t delivered = 0;
+    int admitted = 0;
+    for (auto& f : parallel) {
+        auto r = f.get();
+        if (r.status != 200) continue;
+        ++admitted;
+        delivered += json::parse(r.body)["usage"]["completion_tokens"].get<std::uint64_t>();
+    }
+    ASSERT_TRUE(gw.wait_settled(25 + admitted));
+    std::printf("learned + no max_tokens: %d of 8 admitted, %llu tokens delivered on a 2,000 budget\n", admitted,
+                static_cast<unsigned long long>(delivered));
+    EXPECT_LE(delivered, 8u * 500) << "each at most its declared bound: 140,000 before";
+    // Settled in full: the bucket went as deep as the answers took it, past -C.
+    auto level = remaining(gw);
+    std::printf("level after settlement: %.0f\n", level);
+    EXPECT_LT(level, -1000) << "debt is kept, not floored at -C";
+    auto refused = gw.request(post("/v1/chat/completions", body, {{"x-mock-completion-tokens", "1"}}));
+    EXPECT_EQ(refused.status, 429);
+    EXPECT_GT(std::stod(refused.header("retry-after")), 1000) << "Retry-After counts the debt";
+}
+
+/// An SSE stream of `tokens` one-word events in the given channel.
+std::string reasoning_stream(const std::string& channel, int tokens) {
+    std::string events;
+    for (int i = 0; i < tokens; ++i) {
+        json delta;
+        if (channel == "tool_calls") delta["tool_calls"] = {{{"index", 0}, {"function", {{"arguments", "word "}}}}};
+        else if (channel == "response.reasoning_text.delta" || channel == "response.function_call_arguments.delta") {
+            events += "data: " + json{{"type", channel}, {"delta", "word "}}.dump() + "\n\n";
+            continue;
+        } else delta[channel] = "word ";
+        events += "data: " +
+                  json{{"object", "chat.completion.chunk"}, {"choices", {{{"index", 0}, {"delta", delta}}}}}.dump() +
+                  "\n\n";
+    }
+    return events + "data: [DONE]\n\n";
+}
+
+// §17 "Every output channel counts": the same 20,000-token stream in reasoning or tool-call
+// deltas ran to its end on a 2,000 budget.
+TEST(Binding, EveryOutputChannelCountsAgainstTheBudget) {
+    std::atomic<int> which{0};
+    const std::vector<std::string> channels = {"reasoning_content", "reasoning", "tool_calls",
+                                               "response.reasoning_text.delta",
+                                               "response.function_call_arguments.delta"};
+    RecordingUpstream rec;
+    rec.answer = [&](const std::string&) {
+        return ScriptedUpstream::Reply{sse_reply(reasoning_stream(channels[which], 20000))};
+    };
+    GatewayUnderTest gw(config("scripted", "  stop_at_budget: true\n",
+                               "{ name: tokens, algorithm: token_bucket, capacity: 2000, rate: 1000/s, unit: cost }"),
+                        "", 1000, rec.up.yaml());
+    for (std::size_t i = 0; i < channels.size(); ++i) {
+        SCOPED_TRACE(channels[i]);
+        which = static_cast<int>(i);
+        std::this_thread::sleep_for(2500ms);  // the bucket full again
+        auto r = gw.request(post("/v1/chat/completions",
+                                 R"({"stream":true,"max_tokens":1000,"messages":[{"role":"user","content":"hi"}]})"));
+        ASSERT_EQ(r.status, 200) << r.body;
+        std::size_t relayed = 0;
+        for (auto at = r.body.find("word "); at != std::string::npos; at = r.body.find("word ", at + 1)) ++relayed;
+        std::printf("%s: %zu of 20,000 tokens relayed on a 2,000 budget\n", channels[i].c_str(), relayed);
+        EXPECT_LE(relayed, 2000u + 64 + 2) << "20,000 before";
+        EXPECT_GE(relayed, 1000u) << "its reservation is relayed";
+        ASSERT_TRUE(gw.wait_settled(static_cast<double>(i + 1)));
+    }
+}
+
+// §17 "Concurrent streams share one live budget": 8 parallel streams relayed 8,552 tokens
+// against C = 2,000 when each had the budget it saw at admission.
+TEST(Binding, ConcurrentStreamsShareOneLiveBudget) {
+    RecordingUpstream rec;
+    rec.answer = [](const std::string&) {
+        // Half now, half later: every stream is admitted and relaying before any ends.
+        auto events = reasoning_stream("content", 2000);
+        auto half = events.find("data:", events.size() / 2);
+        auto head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
+        return ScriptedUpstream::Reply{head + events.substr(0, half), events.substr(half), 500};
+    };
+    GatewayUnderTest gw(config("scripted", "  stop_at_budget: true\n  stream_charge_every: 64\n",
+                               "{ name: tokens, algorithm: token_bucket, capacity: 2000, rate: 1/s, unit: cost }"),
+                        "", 1000, rec.up.yaml());
+    std::vector<std::future<Response>> streams;
+    for (int i = 0; i < 8; ++i)
+        streams.push_back(std::async(std::launch::async, [&] {
+            return gw.request(post("/v1/chat/completions",
+                                   R"({"stream":true,"max_tokens":100,"messages":[{"role":"user","content":"hi"}]})"));
+        }));
+    std::size_t relayed = 0;
+    for (auto& f : streams) {
+        auto r = f.get();
+        EXPECT_EQ(r.status, 200);
+        for (auto at = r.body.find("word "); at != std::string::npos; at = r.body.find("word ", at + 1)) ++relayed;
+    }
+    std::printf("8 concurrent streams: %zu tokens relayed against C = 2,000\n", relayed);
+    EXPECT_LE(relayed, 2000u + 8 * 64) << "8,552 before";
+    EXPECT_GE(relayed, 8u * 100) << "each relays at least what it reserved";
+}
+
+// §17 "Every input is priced": fields that reserved almost nothing before.
+TEST(Binding, EveryInputFieldIsPriced) {
+    GatewayUnderTest gw(
+        config("mock", "",
+               "{ name: tokens, algorithm: token_bucket, capacity: 1000000000, rate: 1000/s, unit: cost }") +
+            "models:\n  emb: { embeds_bytes_per_token: 8 }\n",
+        "", 0);
+    std::string text(45'000, 'x');
+    for (std::size_t i = 5; i < text.size(); i += 6) text[i] = ' ';
+    auto input_of = [&](const std::string& path, const json& body) {
+        auto ex = explain(gw, path, body);
+        return ex["input_tokens"].is_number() ? ex["input_tokens"].get<std::uint64_t>() : 0;
+    };
+    auto in_content = input_of("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", text}}}}});
+    EXPECT_GT(in_content, 7000u);
+    const std::uint64_t text_alone = in_content - 10;  // without a chat message's framing
+    EXPECT_GE(input_of("/v1/chat/completions", {{"messages", {{{"role", text}, {"content", "hi"}}}}}), in_content)
+        << "45 KB in role reserved 9 before";
+    EXPECT_GE(input_of("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"name", text}, {"content", "hi"}}}}}),
+              in_content);
+    EXPECT_GE(input_of("/v1/chat/completions",
+                       {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"documents", {{{"text", text}}}}}),
+              in_content);
+    EXPECT_GE(input_of("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                                                {"chat_template_kwargs", {{"system_prompt", text}}}}),
+              in_content);
+    EXPECT_GE(input_of("/v1/embeddings", {{"messages", {{{"role", "user"}, {"content", text}}}}}), in_content);
+    EXPECT_GE(input_of("/infill", {{"input_prefix", text}, {"input_suffix", "x"}}), text_alone);
+    EXPECT_GE(input_of("/infill", {{"input_extra", {{{"filename", "a.py"}, {"text", text}}}}}), text_alone);
+    EXPECT_GE(input_of("/generate", {{"text", text}, {"sampling_params", {{"max_new_tokens", 1}}}}), text_alone);
+    auto sglang = explain(gw, "/generate", {{"text", {"a", "b"}}, {"sampling_params", {{"n", 2}}}});
+    EXPECT_EQ(sglang["endpoint"], "sglang");
+    EXPECT_EQ(sglang["sequences"], 4) << "two prompts, two samples each";
+    // A text part is its text: the keys `type` and `text` are not tokens (3 too many before).
+    EXPECT_EQ(input_of("/v1/chat/completions",
+                       {{"messages", {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "hi"}}}}}}}}),
+              input_of("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}}));
+    // prompt_embeds: refused unless the model prices them, then by their decoded size.
+    std::string embeds(8000, 'A');
+    auto refused = gw.request(post("/v1/completions", json{{"model", "m"}, {"prompt_embeds", embeds}}.dump()));
+    EXPECT_EQ(refused.status, 400) << refused.body;
+    EXPECT_NE(refused.body.find("prompt_embeds"), std::string::npos);
+    EXPECT_GE(input_of("/v1/completions", {{"model", "emb"}, {"prompt_embeds", embeds}}), 6000u / 8);
+}
+
+// §17 "Duplicate keys are refused at every depth", through the data plane (explain's body is
+// re-serialised, so only a raw request carries a duplicate).
+TEST(Binding, DuplicateKeysAtAnyDepthAre400sNamingThePointer) {
+    GatewayUnderTest gw(
+        config("mock", "", "{ name: tokens, algorithm: token_bucket, capacity: 1000000000, rate: 1000/s, unit: cost }"),
+        "", 0);
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {R"({"messages":[{"role":"user","content":[{"type":"input_audio","type":"text","text":"x"}]}]})",
+         "/messages/0/content/0/type"},
+        {R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/gif;base64,R0lGODlhAQABAAAAACw=","url":"https://x/big.png"}}]}]})",
+         "/messages/0/content/0/image_url/url"},
+        {R"({"messages":[],"max_tokens":1,"max_t\u006fkens":4000})", "/max_tokens"},
+    };
+    for (const auto& [body, pointer] : cases) {
+        auto r = gw.request(post("/v1/chat/completions", body));
+        EXPECT_EQ(r.status, 400) << body;
+        auto error = json::parse(r.body, nullptr, false)["error"];
+        EXPECT_EQ(error["code"], "duplicate_key") << r.body;
+        EXPECT_NE(error["message"].get<std::string>().find("'" + pointer + "'"), std::string::npos) << r.body;
+    }
+}
+
+// SGLang's native /generate: priced as SGLang, settled from meta_info; and §17's clamp: a
+// report of more than the request could have used is settled at the bound and counted.
+TEST(Binding, SglangIsSettledFromMetaInfoAndImpossibleUsageIsClamped) {
+    std::atomic<std::uint64_t> prompt{0}, completion{0};
+    RecordingUpstream rec;
+    rec.answer = [&](const std::string&) {
+        return ScriptedUpstream::Reply{
+            http_ok(json{{"text", "ok"},
+                         {"meta_info", {{"prompt_tokens", prompt.load()}, {"completion_tokens", completion.load()}}}}
+                        .dump(),
+                    "application/json")};
+    };
+    GatewayUnderTest gw(
+        config("scripted", "",
+               "{ name: tokens, algorithm: token_bucket, capacity: 1000000000, rate: 1000/s, unit: cost }"),
+        "", 1000, rec.up.yaml());
+    const std::string body = R"({"text":")" + std::string(1000, 'a') + R"(","sampling_params":{"max_new_tokens":50}})";
+    prompt = 300, completion = 40;
+    ASSERT_EQ(gw.request(post("/generate", body)).status, 200);
+    auto m = gw.metrics_after(1);
+    EXPECT_NE(m.find(R"(tokengate_tokens_total{tenant="acme",model="",kind="prompt"} 300)"), std::string::npos) << m;
+    EXPECT_NE(m.find(R"(tokengate_tokens_total{tenant="acme",model="",kind="completion"} 40)"), std::string::npos);
+    // 100,000 prompt tokens from a 1 KB body, and 1.8e19 completion tokens on a bound of 50.
+    prompt = 100000, completion = 18'000'000'000'000'000'000ull;
+    ASSERT_EQ(gw.request(post("/generate", body)).status, 200);
+    m = gw.metrics_after(2);
+    EXPECT_NE(m.find(R"(tokengate_usage_clamped_total{upstream="scripted"} 1)"), std::string::npos) << m;
+    EXPECT_NE(m.find(R"(tokengate_tokens_total{tenant="acme",model="",kind="completion"} 90)"), std::string::npos)
+        << "40 + the bound of 50";
+    EXPECT_TRUE(gw.log_contains("reported usage past what the request could have used"));
+}
+
+// §17 "Nothing a client or upstream sends can make state unloadable".
+TEST(Binding, ForgedUsageAndTopUpsNeverMakeTheStateFileUnloadable) {
+    RecordingUpstream rec;
+    rec.answer = [](const std::string&) {
+        return ScriptedUpstream::Reply{chat_answer(1, 18'000'000'000'000'000'000ull)};
+    };
+    GatewayUnderTest gw(
+        config("scripted", "",
+               "{ name: tokens, algorithm: token_bucket, capacity: 1000, rate: 1/s, unit: cost }\n"
+               "      - { name: monthly, algorithm: quota, limit: 1000000000000000, period: month, unit: cost }") +
+            "store:\n  state_file: state.bin\n",
+        "", 1000, rec.up.yaml());
+    auto r = gw.request(post("/v1/chat/completions",
+                             R"({"max_tokens":4000000000000000000,"messages":[{"role":"user","content":"hi"}]})"));
+    ASSERT_TRUE(r.status == 200 || r.status == 429) << r.body;
+    ASSERT_TRUE(gw.request(post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})")).status);
+    int accepted = 0, refused = 0;
+    for (int i = 0; i < 1001; ++i) {
+        auto t = gw.admin(Request{"POST", "/admin/tenants/acme/quotas/monthly", {}, R"({"add":1e15})"});
+        (t.status == 200 ? accepted : refused) += 1;
+        if (t.status == 400) break;
+    }
+    EXPECT_EQ(refused, 1) << "a top-up past 1e18 is a 400";
+    EXPECT_GE(accepted, 999);
+    EXPECT_TRUE(gw.log_contains("reported usage past what the request could have used"));
+    // A planted link where the temporary file goes is not followed.
+    ::symlink((gw.dir() + "/victim").c_str(), (gw.dir() + "/state.bin.tmp").c_str());
+    int code = 0;
+    ASSERT_TRUE(gw.restart(SIGTERM, {}, &code)) << gw.log();
+    struct stat st {};
+    EXPECT_NE(::stat((gw.dir() + "/victim").c_str(), &st), 0) << "the link's target was never created";
+    auto doc = json::parse(gw.admin(Request{"GET", "/admin/tenants/acme", {}, ""}).body, nullptr, false);
+    EXPECT_DOUBLE_EQ(doc["quotas"][0]["added"].get<double>(), 1e18) << "the top-ups survived the restart";
+}
+
+// §17's HTTP leftovers.
+TEST(Binding, TrailersAreDroppedAndAHostWithTwoValuesIsRefused) {
+    RecordingUpstream rec;
+    rec.answer = [](const std::string&) { return ScriptedUpstream::Reply{chat_answer(1, 1)}; };
+    GatewayUnderTest gw(
+        config("scripted", "",
+               "{ name: tokens, algorithm: token_bucket, capacity: 1000000000, rate: 1000/s, unit: cost }"),
+        "", 1000, rec.up.yaml());
+    const std::string body = R"({"messages":[]})";
+    char size[16];
+    std::snprintf(size, sizeof size, "%zx", body.size());
+    RawClient c(gw.port());
+    ASSERT_TRUE(
+        c.send_all("POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer k1\r\n"
+                   "X-Trace: head\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                   std::string(size) + "\r\n" + body + "\r\n0\r\nX-Trace: trailer\r\nX-Smuggled: yes\r\n\r\n"));
+    auto answer = c.read_some(5s, "\r\n\r\n");
+    EXPECT_NE(answer.find("200 OK"), std::string::npos) << answer;
+    auto heads = rec.up.heads();
+    ASSERT_EQ(heads.size(), 1u);
+    EXPECT_EQ(heads[0].find("X-Smuggled"), std::string::npos) << heads[0];
+    EXPECT_EQ(heads[0].find("trailer"), std::string::npos) << heads[0];
+    EXPECT_NE(heads[0].find("head"), std::string::npos) << heads[0];
+    RawClient two(gw.port());
+    ASSERT_TRUE(
+        two.send_all("POST /v1/chat/completions HTTP/1.1\r\nHost: a, b\r\nAuthorization: Bearer k1\r\n"
+                     "Content-Length: " +
+                     std::to_string(body.size()) + "\r\n\r\n" + body));
+    auto refused = two.read_some(5s, "\r\n\r\n");
+    EXPECT_NE(refused.find("400 Bad Request"), std::string::npos) << refused;
+    EXPECT_EQ(rec.up.heads().size(), 1u) << "nothing more forwarded";
+}
+
+}  // namespace
+}  // namespace tokengate::testing
