@@ -7,9 +7,9 @@
 #include "tokengate/cost/cost.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-    static constexpr std::array<std::string_view, 9> k_paths = {
-        "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/rerank", "/v1/responses", "/generate",
-        "/generate_stream",     "/pooling",        "/somewhere/else"};
+    static constexpr std::array<std::string_view, 10> k_paths = {
+        "/v1/chat/completions", "/v1/completions", "/v1/embeddings",  "/v1/rerank", "/v1/responses", "/generate",
+        "/generate_stream",     "/pooling",        "/somewhere/else", "/infill"};
     if (size == 0) return 0;
     auto path = k_paths[data[0] % k_paths.size()];
     std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
@@ -24,6 +24,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (s.sequences && s.max_output_tokens < s.output_per_sequence) __builtin_trap();
         (void)tokengate::cost::request_cost(cost, 3.5, s.input_tokens, s.max_output_tokens, s.stream);
         if (s.stream && s.injects_stream_usage()) (void)tokengate::cost::with_stream_usage(body, s.has_stream_options);
+        // SPEC §17: the bound the gateway writes is the one the upstream reads, with no key
+        // written twice (a duplicate anywhere is refused, so a priced body has none).
+        if (parsed.summary.sequences > 0) {
+            auto bounded = tokengate::cost::with_output_limit(body, parsed.summary, 7);
+            auto again = tokengate::cost::parse_request_body(bounded, cost, nullptr, path);
+            if (again.error != tokengate::cost::BodyError::none || again.summary.output_per_sequence != 7)
+                __builtin_trap();
+        }
     }
     (void)tokengate::cost::estimate_tokens(body);
     return 0;
