@@ -148,12 +148,13 @@ TEST_F(HfTokenizerReference, TheGatewayPricesEachModelWithItsOwnTokenizer) {
         auto completion = explain("/v1/completions", {{"model", model}, {"prompt", text}});
         EXPECT_EQ(completion["input_tokens"].get<std::uint64_t>(), reference_[file][english]);
         EXPECT_EQ(completion["tokenizer"], "tokenizer.json " + files_[file].string());
-        // Chat: the content's tokens, the model's overhead per message and 3 for the reply.
+        // Chat: the role's token ("user", SPEC §17), the content's tokens, the model's overhead
+        // per message and 3 for the reply.
         // (reference_ holds add_special_tokens counts: the BOS comes off for content.)
         std::uint64_t bos = std::string(model) == "llama3" ? 1 : 0, overhead = bos ? 5 : 4;
         auto chat =
             explain("/v1/chat/completions", {{"model", model}, {"messages", {{{"role", "user"}, {"content", text}}}}});
-        EXPECT_EQ(chat["input_tokens"].get<std::uint64_t>(), reference_[file][english] - bos + overhead + 3);
+        EXPECT_EQ(chat["input_tokens"].get<std::uint64_t>(), 1 + reference_[file][english] - bos + overhead + 3);
     }
     // A model without a tokenizer keeps the estimator, and says so.
     auto other = explain("/v1/completions", {{"model", "other"}, {"prompt", text}});

@@ -124,8 +124,9 @@ TEST_F(TiktokenReference, TheGatewayPricesPromptsWithTheRankFile) {
     json in = {{"key", "k1"}, {"body", body}};
     auto r = gw.admin(Request{"POST", "/admin/explain", {}, in.dump()});
     ASSERT_EQ(r.status, 200) << r.body << gw.log();
-    // Message framing (4) and reply priming (3) around the content's exact BPE count.
-    EXPECT_EQ(json::parse(r.body)["input_tokens"].get<std::uint64_t>(), 4 + reference_[english.string()] + 3);
+    // Message framing (4), the role "user" (1, SPEC §17) and reply priming (3) around the
+    // content's exact BPE count.
+    EXPECT_EQ(json::parse(r.body)["input_tokens"].get<std::uint64_t>(), 4 + 1 + reference_[english.string()] + 3);
     EXPECT_EQ(json::parse(r.body)["tokenizer"], "tiktoken cl100k " + rank_file);
 }
 
