@@ -19,10 +19,6 @@ using simdjson::dom::element_type;
 
 constexpr std::uint64_t k_reply_priming = 3;  // the template's opening of the assistant's turn
 
-std::uint64_t count_text(std::string_view text, const Tokenizer* tokenizer) {
-    return tokenizer ? tokenizer->count(text) : estimate_tokens(text);
-}
-
 /// Tokens for every string inside a JSON value (tool schemas, content parts, tool calls).
 std::uint64_t tokens_in(element v, const Tokenizer* tokenizer) {
     switch (v.type()) {
@@ -170,6 +166,11 @@ private:
         s_.output_named = limit.has_value();
         if (limit) s_.output_per_sequence = *limit;
         s_.output_field = field;
+    }
+    /// llama.cpp reads n_predict before max_tokens.
+    void name_max_tokens_or_n_predict(std::optional<std::uint64_t> max_tokens, std::optional<std::uint64_t> n_predict) {
+        if (n_predict) name_output(n_predict, OutputField::n_predict);
+        else name_output(max_tokens, OutputField::max_tokens);
     }
 
     /// Tokens of one prompt as the upstream encodes it alone (`add_special_tokens`: a BOS).
@@ -417,9 +418,7 @@ bool BodyReader::completions() {
         !sequence_count(root_, "best_of", best_of) || !count(root_, "n_predict", n_predict))
         return false;
     if (best_of && *best_of < n.value_or(1)) return fail("'best_of' must be at least 'n'");
-    // llama.cpp reads n_predict before max_tokens.
-    if (n_predict) name_output(n_predict, OutputField::n_predict);
-    else name_output(max_tokens, OutputField::max_tokens);
+    name_max_tokens_or_n_predict(max_tokens, n_predict);
     s_.sequences = std::max<std::uint64_t>(prompts, 1) * std::max(n.value_or(1), best_of.value_or(1));
     return true;
 }
@@ -517,8 +516,7 @@ bool BodyReader::infill() {
     }
     std::optional<std::uint64_t> max_tokens, n_predict;
     if (!count(root_, "max_tokens", max_tokens) || !count(root_, "n_predict", n_predict)) return false;
-    if (n_predict) name_output(n_predict, OutputField::n_predict);
-    else name_output(max_tokens, OutputField::max_tokens);
+    name_max_tokens_or_n_predict(max_tokens, n_predict);
     return true;
 }
 

@@ -2,10 +2,15 @@
 
 #include "tokengate/config/loader.hpp"
 #include "tokengate/cost/bpe.hpp"
+#include "tokengate/cost/cost.hpp"
 #include "tokengate/cost/hf_tokenizer.hpp"
 #include "tokengate/cost/tokenizer.hpp"
 
 namespace tokengate::cost {
+
+std::uint64_t count_text(std::string_view text, const Tokenizer* tokenizer) {
+    return tokenizer ? tokenizer->count(text) : estimate_tokens(text);
+}
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
     if (path.ends_with(".json")) return HfTokenizer::load(path);

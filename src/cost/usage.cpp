@@ -79,10 +79,6 @@ bool read_usage(simdjson::dom::object doc, Usage& out) {
     return read_tgi_details(doc, out) || read_sglang_meta(doc, out);
 }
 
-std::uint64_t count_text(std::string_view text, const Tokenizer* tokenizer) {
-    return tokenizer ? tokenizer->count(text) : estimate_tokens(text);
-}
-
 /// SPEC §17: every channel a chat delta or message generates into: content, reasoning (vLLM
 /// ≥ 0.19 and older), tool-call and function-call arguments (and names).
 std::uint64_t message_tokens(simdjson::dom::object m, const Tokenizer* tokenizer) {

@@ -25,6 +25,9 @@ public:
     virtual const std::string& name() const = 0;
 };
 
+/// `text`'s tokens by `tokenizer`, or by the heuristic estimator when there is none.
+std::uint64_t count_text(std::string_view text, const Tokenizer* tokenizer);
+
 /// A `.json` file is a Hugging Face tokenizer.json; anything else a tiktoken rank file.
 /// Throws std::runtime_error saying what is wrong with the file.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);

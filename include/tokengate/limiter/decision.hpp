@@ -18,6 +18,12 @@ inline bool is_shaping(const config::LimitSpec& spec) {
     return spec.algorithm == config::Algorithm::leaky_bucket && spec.mode == config::LeakyMode::shape;
 }
 
+/// A bucket whose level a charge lowers at once: a token bucket or a leaky-bucket meter.
+inline bool is_rate_bucket(const config::LimitSpec& spec) {
+    return spec.algorithm == config::Algorithm::token_bucket ||
+           (spec.algorithm == config::Algorithm::leaky_bucket && spec.mode == config::LeakyMode::police);
+}
+
 struct LimitStatus {
     const config::LimitSpec* spec = nullptr;
     config::Level level = config::Level::tenant;

@@ -12,10 +12,7 @@ std::optional<Admitted> cap_output(const config::CostConfig& cost, const Admitte
     double budget = std::numeric_limits<double>::infinity();
     for (const auto& s : refused.statuses) {
         if (s.verdict.admitted || !s.spec->enforce) continue;
-        bool rate_bucket =
-            s.spec->algorithm == config::Algorithm::token_bucket ||
-            (s.spec->algorithm == config::Algorithm::leaky_bucket && s.spec->mode == config::LeakyMode::police);
-        if (s.spec->unit != config::Unit::cost || !rate_bucket) return std::nullopt;
+        if (s.spec->unit != config::Unit::cost || !limiter::is_rate_bucket(*s.spec)) return std::nullopt;
         budget = std::min(budget, s.verdict.remaining);
     }
     auto least = summary.sequences * cost.min_output;  // sequences ≤ 128, min_output ≤ 1e6: no overflow

@@ -2,15 +2,6 @@
 
 namespace tokengate::server::pipeline {
 
-namespace {
-
-bool rate_bucket(const config::LimitSpec& spec) {
-    return spec.algorithm == config::Algorithm::token_bucket ||
-           (spec.algorithm == config::Algorithm::leaky_bucket && spec.mode == config::LeakyMode::police);
-}
-
-}  // namespace
-
 LiveBudget::LiveBudget(const config::CostConfig& cost, const Admitted& admitted, const limiter::Decision& decision)
     : cost_(cost), admitted_(admitted), covered_(admitted.output.tokens) {
     const auto& summary = admitted.summary;
@@ -18,7 +9,7 @@ LiveBudget::LiveBudget(const config::CostConfig& cost, const Admitted& admitted,
     for (std::size_t i = 0; i < decision.statuses.size() && i < admitted.charges.size(); ++i) {
         const auto& s = decision.statuses[i];
         if (s.charged && s.spec->enforce && s.level == config::Level::tenant && s.spec->unit == config::Unit::cost &&
-            rate_bucket(*s.spec))
+            limiter::is_rate_bucket(*s.spec))
             charges_.push_back(admitted.charges[i]);
     }
 }
