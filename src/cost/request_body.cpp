@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "tokengate/cost/cost.hpp"
+#include "tokengate/cost/count_budget.hpp"
 #include "tokengate/cost/image.hpp"
 #include "tokengate/cost/tokenizer.hpp"
 
@@ -104,15 +105,16 @@ std::optional<std::string> duplicate_at(element v) {
 class BodyReader {
 public:
     BodyReader(simdjson::dom::object root, const Tokenizers* tokenizers, const std::vector<config::ModelCost>* models,
-               RequestSummary& summary)
-        : root_(root), tokenizers_(tokenizers), models_(models), s_(summary) {}
+               RequestSummary& summary, std::uint64_t count_limit)
+        : root_(root), tokenizers_(tokenizers), models_(models), s_(summary), count_limit_(count_limit) {}
 
     std::string error;
 
     /// The model's settings found by common(); null if none matched.
     const config::ModelCost* model() const { return model_ == &k_no_model ? nullptr : model_; }
     /// The tokenizer common() chose for the model; null: the heuristic.
-    const Tokenizer* tokenizer() const { return tokenizer_; }
+    const Tokenizer* tokenizer() const { return budget_ ? chosen_ : tokenizer_; }
+    bool count_stopped() const { return budget_ && budget_->stopped(); }
     bool common();
     bool chat();
     bool completions();
@@ -184,6 +186,9 @@ private:
     const std::vector<config::ModelCost>* models_;
     const config::ModelCost* model_ = &k_no_model;
     RequestSummary& s_;
+    std::uint64_t count_limit_;
+    std::optional<CountBudget> budget_;  // counts in tokenizer_'s place when there is a count limit
+    const Tokenizer* chosen_ = nullptr;
 
     static const config::ModelCost k_no_model;
 };
@@ -329,6 +334,10 @@ bool BodyReader::common() {
             model_index = static_cast<std::size_t>(m - models_->data());
         }
     if (tokenizers_) tokenizer_ = tokenizers_->for_model(model_index);
+    if (count_limit_ != UINT64_MAX) {
+        chosen_ = tokenizer_;
+        tokenizer_ = &budget_.emplace(chosen_, count_limit_);
+    }
     if (get("stream", v) && v.get_bool().get(s_.stream) != simdjson::SUCCESS) return fail("'stream' must be a boolean");
     if (get("stream_options", v)) {
         simdjson::dom::object options;
@@ -554,8 +563,29 @@ Endpoint endpoint_for_path(std::string_view path) {
     return Endpoint::unknown;
 }
 
+namespace {
+
+/// One parser per thread, its buffers reused: a body costs no allocation to parse.
+simdjson::dom::parser& body_parser() {
+    thread_local simdjson::dom::parser parser;
+    return parser;
+}
+
+}  // namespace
+
+std::optional<std::string> sniff_model(std::string_view body) {
+    element doc;
+    simdjson::dom::object root;
+    if (body_parser().parse(body.data(), body.size()).get(doc) != simdjson::SUCCESS ||
+        doc.get_object().get(root) != simdjson::SUCCESS)
+        return std::nullopt;
+    std::string_view model;
+    return root.at_key("model").get_string().get(model) == simdjson::SUCCESS ? std::string(model) : std::string();
+}
+
 ParsedBody parse_request_body(std::string_view body, const config::CostConfig& cost, const Tokenizers* tokenizers,
-                              std::string_view path, const std::vector<config::ModelCost>* models) {
+                              std::string_view path, const std::vector<config::ModelCost>* models,
+                              std::uint64_t count_limit) {
     ParsedBody out;
     auto& s = out.summary;
     s.endpoint = endpoint_for_path(path);
@@ -564,11 +594,9 @@ ParsedBody parse_request_body(std::string_view body, const config::CostConfig& c
         s.sequences = 0;
         return out;
     }
-    // simdjson validates the whole document at a few GB/s; the parser's buffers are reused
-    // by each thread, so a request costs no allocation here.
-    thread_local simdjson::dom::parser parser;
+    // simdjson validates the whole document at a few GB/s.
     element doc;
-    if (parser.parse(body.data(), body.size()).get(doc) != simdjson::SUCCESS) {
+    if (body_parser().parse(body.data(), body.size()).get(doc) != simdjson::SUCCESS) {
         out.error = BodyError::invalid_json;
         out.message = "We could not parse the JSON body of your request.";
         return out;
@@ -599,7 +627,7 @@ ParsedBody parse_request_body(std::string_view body, const config::CostConfig& c
     if ((s.endpoint == Endpoint::tgi || s.endpoint == Endpoint::unknown) && !has("inputs") &&
         (has("text") || has("input_ids")) && !path.ends_with("generate_stream"))
         s.endpoint = Endpoint::sglang;
-    BodyReader reader(root, tokenizers, models, s);
+    BodyReader reader(root, tokenizers, models, s, count_limit);
     bool ok = reader.common();
     switch (s.endpoint) {
         case Endpoint::chat: ok = ok && reader.chat(); break;
@@ -617,6 +645,7 @@ ParsedBody parse_request_body(std::string_view body, const config::CostConfig& c
     s.max_output_tokens = saturating_product(s.sequences, s.output_per_sequence);
     out.model = reader.model();
     out.tokenizer = reader.tokenizer();
+    s.input_count_stopped = reader.count_stopped();
     apply_model_default(s, out.model);
     // Where the output bound would be written: in place, or with a parse when something is there.
     auto written = output_field_written(s);

@@ -5,6 +5,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 #include <atomic>
 #include <functional>
@@ -68,7 +69,11 @@ struct GatewayMetrics {
 /// Shared by every worker thread.
 struct Services {
     Services(std::shared_ptr<const Runtime> runtime, std::shared_ptr<spdlog::logger> log, const core::Clock& c)
-        : runtime(std::move(runtime)), access_log(std::move(log)), clock(c), metrics(registry) {}
+        : runtime(std::move(runtime)),
+          access_log(std::move(log)),
+          clock(c),
+          metrics(registry),
+          pricing(std::make_unique<net::thread_pool>(this->runtime.get()->config->server.pricing_threads)) {}
 
     RuntimeHolder runtime;
     std::string config_path;
@@ -85,6 +90,8 @@ struct Services {
     LogThrottle handshake_log{std::chrono::seconds(1)};      // failed client TLS handshakes, per reason
     LogThrottle upstream_tls_log{std::chrono::seconds(10)};  // an https upstream's, per upstream
     LogThrottle usage_clamp_log{std::chrono::hours(24)};     // impossible usage reports, per upstream
+    /// SPEC §17: large bodies are tokenized here, so the event loops keep serving meanwhile.
+    std::unique_ptr<net::thread_pool> pricing;
     // Last, so it goes first: a store that reports to the metrics never outlives them.
     std::unique_ptr<store::Store> store;  // built by make_store once the event loops exist
 };

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -12,6 +13,7 @@
 #include "pipeline/exchange.hpp"
 #include "pipeline/limit.hpp"
 #include "pipeline/live_budget.hpp"
+#include "pipeline/precheck.hpp"
 #include "pipeline/record.hpp"
 #include "pipeline/shed.hpp"
 #include "services.hpp"
@@ -230,10 +232,9 @@ private:
             co_return co_await refuse(pipeline::shutting_down(), rec, {reply.version, false, reply.idle_timeout});
 
         std::optional<auth::Principal> who;
-        auto admission = pipeline::admit(
-            *rt,
-            {auth::extract_key(req[http::field::authorization], req["x-api-key"]), target, rec.client_ip, req.body()},
-            services_.output_history, who);
+        pipeline::Incoming incoming{auth::extract_key(req[http::field::authorization], req["x-api-key"]), target,
+                                    rec.client_ip, req.body()};
+        auto admission = co_await admit(*rt, incoming, who);
         if (who) rec.tenant = cfg.tenants[who->tenant].id, rec.key_id = who->key_id;
         if (auto* no = std::get_if<pipeline::Rejection>(&admission)) co_return co_await refuse(*no, rec, reply);
         auto& admitted = std::get<pipeline::Admitted>(admission);
@@ -282,6 +283,23 @@ private:
         rec.status = done.status;
         pipeline::record(rec, worker_);
         co_return done.keep_alive;
+    }
+
+    /// Admission; a large body's limits that need no price first, then its tokenizing on the
+    /// pricing pool, so this event loop keeps serving other requests (SPEC §17).
+    net::awaitable<std::variant<pipeline::Admitted, pipeline::Rejection>> admit(const Runtime& rt,
+                                                                                const pipeline::Incoming& in,
+                                                                                std::optional<auth::Principal>& who) {
+        if (in.body.size() <= rt.config->server.pricing_offload_bytes)
+            co_return pipeline::admit(rt, in, services_.output_history, who);
+        auto early = co_await pipeline::precheck(*services_.store, rt, in, services_.clock);
+        who = early.who;
+        if (early.refused) co_return std::move(*early.refused);
+        // A coroutine of the pool's own: awaiting it resumes this one on its event loop.
+        auto price = [&]() -> net::awaitable<std::variant<pipeline::Admitted, pipeline::Rejection>> {
+            co_return pipeline::admit(rt, in, services_.output_history, who, early.count_limit);
+        };
+        co_return co_await net::co_spawn(*services_.pricing, price(), net::use_awaitable);
     }
 
     pipeline::RequestRecord start_record(const http::request<http::string_body>& req,

@@ -10,8 +10,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <fstream>
 #include <future>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "harness.hpp"
@@ -417,6 +419,96 @@ TEST(Binding, TrailersAreDroppedAndAHostWithTwoValuesIsRefused) {
     auto refused = two.read_some(5s, "\r\n\r\n");
     EXPECT_NE(refused.find("400 Bad Request"), std::string::npos) << refused;
     EXPECT_EQ(rec.up.heads().size(), 1u) << "nothing more forwarded";
+}
+
+/// The gateway's CPU time so far (user + system), in seconds.
+double cpu_seconds(int pid) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    std::istringstream fields(line.substr(line.rfind(')') + 2));
+    std::string field;
+    double ticks = 0;
+    for (int i = 3; fields >> field; ++i)
+        if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
+    return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// §17 "Pricing never starves other tenants": a 4 MiB body is tokenized on the pricing pool, not
+// on the event loop its connection shares with others; and a request the limits that need no
+// price refuse is refused before any tokenizing.
+TEST(Binding, ALargeBodyIsPricedOffTheEventLoopAndARefusedOneCostsNoTokenizerTime) {
+    GatewayUnderTest gw(
+        "routes:\n  - { path_prefix: /, upstreams: [mock] }\n"
+        "models:\n  m: { tokenizer: " TOKENGATE_SOURCE_DIR
+        "/tests/fuzz/tokenizer.json }\n"
+        "tiers:\n  big:\n    limits:\n"
+        "      - { name: tokens, algorithm: token_bucket, capacity: 1000000000, rate: 1000/s, unit: cost }\n"
+        "  small:\n    limits:\n"
+        "      - { name: tokens, algorithm: token_bucket, capacity: 2000, rate: 1/s, unit: cost }\n"
+        "  once:\n    limits:\n"
+        "      - { name: calls, algorithm: token_bucket, capacity: 1, rate: 1/h, unit: requests }\n"
+        "tenants:\n  - { id: a, tier: big, keys: [\"ka\"] }\n  - { id: b, tier: big, keys: [\"kb\"] }\n"
+        "  - { id: c, tier: once, keys: [\"kc\"] }\n  - { id: d, tier: small, keys: [\"kd\"] }\n",
+        "  threads: 1\n  max_body_bytes: 8MiB\n", 0);
+    std::string words;
+    // Words that repeat seldom, as real text: the tokenizer's word cache does not hide the cost.
+    std::uint64_t seed = 42;
+    while (words.size() < (4u << 20)) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        for (auto x = seed >> 20, n = 3 + (seed >> 60) % 6; n > 0; --n, x /= 26)
+            words += static_cast<char>('a' + x % 26);
+        words += ' ';
+    }
+    auto big = json{{"model", "m"}, {"max_tokens", 1}, {"messages", {{{"role", "user"}, {"content", words}}}}}.dump();
+    auto small = json{{"model", "m"}, {"max_tokens", 1}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}}.dump();
+    auto send = [&](const std::string& key, const std::string& body) {
+        return send_request(gw.port(), {"POST", "/v1/chat/completions", {{"Authorization", "Bearer " + key}}, body},
+                            60s);
+    };
+    // Tenant c's one request is spent: its next ones are answered by the gateway alone (429),
+    // so their time is the event loop's, not the mock's (which is busy with the big body).
+    ASSERT_EQ(send("kc", small).status, 200);
+    // Alone: what c's refusal takes, and what pricing the big body costs.
+    auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(send("kc", small).status, 429);
+    auto alone = std::chrono::steady_clock::now() - t0;
+    double cpu_before = cpu_seconds(gw.gateway().pid());
+    t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(send("ka", big).status, 200);
+    auto priced = std::chrono::steady_clock::now() - t0;
+    double cpu_priced = cpu_seconds(gw.gateway().pid()) - cpu_before;
+    // Together, on the gateway's one worker: c's request while the big one is priced.
+    auto in_flight = std::async(std::launch::async, [&] { return send("ka", big); });
+    std::this_thread::sleep_for(std::chrono::duration_cast<std::chrono::milliseconds>(priced) / 3);
+    t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(send("kc", small).status, 429);
+    auto beside = std::chrono::steady_clock::now() - t0;
+    ASSERT_EQ(in_flight.get().status, 200);
+    auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+    std::printf(
+        "4 MiB body priced in %.0f ms (%.0f ms of CPU); another tenant's small request: %.1f ms alone, "
+        "%.1f ms beside it\n",
+        ms(priced), cpu_priced * 1000, ms(alone), ms(beside));
+    EXPECT_LT(ms(beside), ms(priced) / 4) << "it did not wait for the pricing";
+    // A tenant whose request limit is spent: refused before tokenizing.
+    cpu_before = cpu_seconds(gw.gateway().pid());
+    for (int i = 0; i < 5; ++i) {
+        auto r = send("kc", big);
+        ASSERT_EQ(r.status, 429) << r.body;
+    }
+    double cpu_refused = (cpu_seconds(gw.gateway().pid()) - cpu_before) / 5;
+    std::printf("a refused 4 MiB body: %.1f ms of CPU (an admitted one: %.0f ms)\n", cpu_refused * 1000,
+                cpu_priced * 1000);
+    EXPECT_LT(cpu_refused, cpu_priced / 5);
+    // Counting stops past what the tightest cost limit could ever admit, and says so.
+    cpu_before = cpu_seconds(gw.gateway().pid());
+    auto too_big = send("kd", big);
+    double cpu_too_big = cpu_seconds(gw.gateway().pid()) - cpu_before;
+    EXPECT_EQ(too_big.status, 429) << too_big.body;
+    EXPECT_NE(too_big.body.find("counting stopped there"), std::string::npos) << too_big.body;
+    std::printf("a 4 MiB body past a 2,000-unit limit: %.1f ms of CPU\n", cpu_too_big * 1000);
+    EXPECT_LT(cpu_too_big, cpu_priced / 5);
 }
 
 }  // namespace

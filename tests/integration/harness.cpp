@@ -385,7 +385,9 @@ GatewayUnderTest::GatewayUnderTest(const std::string& config_body, const std::st
     }
     std::string dead = "http://127.0.0.1:" + std::to_string(free_port());
     for (int attempt = 1;; ++attempt) {
-        config_head_ = "server:\n  listen: 127.0.0.1:" + std::to_string(port_) + "\n  threads: 2\n" + server_extra +
+        // Two workers unless the test names its own count.
+        auto threads = server_extra.find("threads:") == std::string::npos ? "  threads: 2\n" : "";
+        config_head_ = "server:\n  listen: 127.0.0.1:" + std::to_string(port_) + "\n" + threads + server_extra +
                        "admin:\n  listen: 127.0.0.1:" + std::to_string(admin_port_) +
                        "\n  token_env: TOKENGATE_TEST_ADMIN_TOKEN\n"
                        "upstreams:\n"

@@ -51,6 +51,7 @@ struct RequestSummary {
     std::uint64_t max_output_tokens = 0;  // sequences × output_per_sequence, saturated
     std::uint64_t images = 0;             // image parts priced (their tokens are in input_tokens)
     std::uint64_t body_bytes = 0;         // the body's size: what bounds a reported prompt (SPEC §17)
+    bool input_count_stopped = false;     // counting stopped past the count limit: the input is more
 
     /// Whether the gateway asks a stream for its usage (chat and completions only: the
     /// Responses API and TGI report it in their final events unasked).
@@ -81,9 +82,15 @@ struct ParsedBody {
 /// `tokenizers` (else its estimator), else from the heuristic. Output without a named limit is
 /// `cost.default_max_tokens` per sequence. `models` prices images and other media by the body's model (else SPEC §11's
 /// defaults) and gives its default output (apply_model_default).
+/// Counting stops once the input passes `count_limit` (SPEC §17; input_count_stopped).
 ParsedBody parse_request_body(std::string_view body, const config::CostConfig& cost,
                               const Tokenizers* tokenizers = nullptr, std::string_view path = {},
-                              const std::vector<config::ModelCost>* models = nullptr);
+                              const std::vector<config::ModelCost>* models = nullptr,
+                              std::uint64_t count_limit = UINT64_MAX);
+
+/// The body's `model` ("" when it names none), read without pricing anything; nullopt when the
+/// body is not a JSON object (parse_request_body says why).
+std::optional<std::string> sniff_model(std::string_view body);
 
 /// The body with `stream_options.include_usage: true` added, so a stream ends with its usage.
 std::string with_stream_usage(std::string_view body, bool has_stream_options);

@@ -21,7 +21,7 @@ std::string_view body_error_code(cost::BodyError error) {
 }  // namespace
 
 std::variant<Admitted, Rejection> admit(const Runtime& runtime, const Incoming& in, const cost::OutputHistory& history,
-                                        std::optional<auth::Principal>& who) {
+                                        std::optional<auth::Principal>& who, std::uint64_t count_limit) {
     const auto& cfg = *runtime.config;
     if (!in.target.ok)
         return invalid(http::status::bad_request, "invalid_path",
@@ -33,7 +33,8 @@ std::variant<Admitted, Rejection> admit(const Runtime& runtime, const Incoming& 
                                       : "Incorrect API key provided.");
     Admitted a;
     a.principal = *who;
-    auto parsed = cost::parse_request_body(in.body, cfg.cost, &runtime.tokenizers, in.target.path, &cfg.models);
+    auto parsed =
+        cost::parse_request_body(in.body, cfg.cost, &runtime.tokenizers, in.target.path, &cfg.models, count_limit);
     if (parsed.error != cost::BodyError::none)
         return invalid(http::status::bad_request, body_error_code(parsed.error), parsed.message);
     a.summary = std::move(parsed.summary);

@@ -42,7 +42,8 @@ struct Incoming {
 /// A refusal is 400 invalid_path, 401 invalid_api_key, 400 invalid_json / invalid_body or
 /// 404 not_found. `who` is set as soon as the key is known, so a later refusal is still
 /// logged under its tenant.
+/// Counting the input stops past `count_limit` (precheck.hpp).
 std::variant<Admitted, Rejection> admit(const Runtime& runtime, const Incoming& in, const cost::OutputHistory& history,
-                                        std::optional<auth::Principal>& who);
+                                        std::optional<auth::Principal>& who, std::uint64_t count_limit = UINT64_MAX);
 
 }  // namespace tokengate::server::pipeline

@@ -23,6 +23,8 @@ Rejection store_unavailable() {
             {}};
 }
 
+}  // namespace
+
 Rejection refused(const limiter::Decision& decision, std::span<const limiter::Charge> charges,
                   std::vector<limiter::HeaderField> headers) {
     auto why = limiter::describe_rejection(decision, charges);
@@ -35,6 +37,8 @@ Rejection refused(const limiter::Decision& decision, std::span<const limiter::Ch
             config::to_string(s.level),
             s.spec->name};
 }
+
+namespace {
 
 /// Shadow refusals and the remaining-ratio gauge, from every decision.
 void observe(const limiter::Decision& decision, std::string_view tenant, GatewayMetrics& metrics) {
@@ -138,7 +142,19 @@ net::awaitable<std::variant<Permit, Rejection>> limit(store::Store& store, Admit
         }
     auto headers = limiter::rate_limit_headers(decision, clock.unix_now());
     observe(decision, tenant, metrics);
-    if (!decision.allowed) co_return refused(decision, admitted.charges, std::move(headers));
+    if (!decision.allowed) {
+        auto no = refused(decision, admitted.charges, std::move(headers));
+        if (admitted.summary.input_count_stopped && decision.never()) {
+            // Counted past the limit's capacity, then no further: its size is a lower bound.
+            std::string why = "This request's input is more than ";
+            why += std::to_string(admitted.summary.input_tokens - 1);
+            why += " tokens (counting stopped there), more than limit '";
+            why += no.limit;
+            why += "' can ever admit. Shorten the prompt.";
+            no.message = std::move(why);
+        }
+        co_return no;
+    }
     if (admitted.output.capped)
         headers.push_back({"x-tokengate-output-capped", std::to_string(admitted.output.per_sequence)});
     metrics.admitted.add({tenant});

@@ -66,6 +66,10 @@ net::awaitable<std::variant<Permit, Rejection>> limit(store::Store& store, Admit
                                                       const config::CostConfig& cost, std::string_view tenant,
                                                       GatewayMetrics& metrics, const core::Clock& clock);
 
+/// The 429 for a refused decision, with its headers (SPEC §6).
+Rejection refused(const limiter::Decision& decision, std::span<const limiter::Charge> charges,
+                  std::vector<limiter::HeaderField> headers);
+
 /// The 429 for a request a shaping queue displaced while it waited (SPEC §13).
 Rejection displaced(const limiter::Charge& queue);
 

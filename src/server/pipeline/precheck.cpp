@@ -1,0 +1,55 @@
+#include "precheck.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "limit.hpp"
+#include "tokengate/classify/classify.hpp"
+#include "tokengate/limiter/headers.hpp"
+
+namespace tokengate::server::pipeline {
+
+std::uint64_t count_limit(const config::CostConfig& cost, double cost_factor, std::span<const limiter::Charge> charges,
+                          const limiter::Decision& status) {
+    double most = std::numeric_limits<double>::infinity();
+    for (std::size_t i = 0; i < charges.size(); ++i) {
+        const auto& spec = *charges[i].spec;
+        bool quota = spec.algorithm == config::Algorithm::quota;
+        if (!spec.enforce || !(quota || limiter::is_rate_bucket(spec))) continue;
+        double room = spec.capacity + (quota && i < status.statuses.size() ? status.statuses[i].quota_added : 0);
+        // Input tokens past which the request alone is more than the limit can hold (a token
+        // of rounding to spare).
+        if (spec.unit == config::Unit::tokens) most = std::min(most, room + 1);
+        else if (spec.unit == config::Unit::cost)
+            most = std::min(most, room * cost.input_per / cost_factor + cost.input_per);
+    }
+    return most < 1.8e19 ? static_cast<std::uint64_t>(std::ceil(most)) : UINT64_MAX;
+}
+
+net::awaitable<Prechecked> precheck(store::Store& store, const Runtime& runtime, const Incoming& in,
+                                    const core::Clock& clock) {
+    Prechecked out;
+    const auto& cfg = *runtime.config;
+    if (!in.target.ok) co_return out;
+    out.who = runtime.keys.authenticate(in.key);
+    if (!out.who) co_return out;
+    auto model = cost::sniff_model(in.body);
+    if (!model) co_return out;
+    auto route = classify::match_route(cfg, in.target.path, *model);
+    if (!route) co_return out;
+    const auto* m = cost::find_model(cfg.models, *model);
+    double factor = m ? m->cost_factor : 1.0;
+    // The least any request costs: no input, no output (the cost formula's minimums).
+    auto least = cost::request_amounts(cfg.cost, factor, nullptr, 0, 0, false);
+    auto charges = classify::applicable_limits(cfg, {out.who->tenant, in.client_ip, *route, *model, least, {}});
+    auto status = co_await store.peek(charges);
+    if (status.unavailable) co_return out;
+    if (!status.allowed) {
+        out.refused = refused(status, charges, limiter::rate_limit_headers(status, clock.unix_now()));
+        co_return out;
+    }
+    out.count_limit = count_limit(cfg.cost, factor, charges, status);
+    co_return out;
+}
+
+}  // namespace tokengate::server::pipeline
