@@ -5,6 +5,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <random>
 
 #include "tokengate/store/state_file.hpp"
 
@@ -165,6 +167,57 @@ TEST(StateFile, ADebtIsKeptAndTheCurrentConfigWinsOnFirstUse) {
     EXPECT_NEAR(peeked.statuses[0].verdict.remaining, -30, 1e-6);
     clock.advance(31s);  // one token back
     EXPECT_TRUE(store.decide(std::vector{charge(now_spec, "tenant:tokens:acme")}).allowed);
+}
+
+// SPEC §17: whatever settlements and top-ups a client or an upstream causes, the file the
+// store saves is one its loader accepts (a forged usage of 1.8e19, or 1,001 top-ups of 1e15,
+// once made the next start fail for every tenant).
+TEST(StateFile, RandomSettlementsAndTopUpsAlwaysSaveALoadableFile) {
+    std::mt19937_64 rng(17);
+    const double hostile[] = {1.8e19,
+                              1e15,
+                              3.7e17,
+                              1e300,
+                              -1e300,
+                              std::numeric_limits<double>::infinity(),
+                              std::numeric_limits<double>::quiet_NaN(),
+                              -5,
+                              0.5,
+                              1e18};
+    for (int trial = 0; trial < 50; ++trial) {
+        core::ManualClock clock;
+        MemoryStore store(clock);
+        auto bucket = spec(static_cast<double>(1 + rng() % 1'000'000), 1e-9 + static_cast<double>(rng() % 1000));
+        bucket.name = "tokens";
+        bucket.unit = config::Unit::cost;
+        LimitSpec quota;
+        quota.name = "monthly";
+        quota.algorithm = config::Algorithm::quota;
+        quota.unit = config::Unit::cost;
+        quota.capacity = 1e15;
+        quota.zone = core::find_time_zone("UTC");
+        std::vector<Charge> charges = {charge(bucket, "tenant:tokens:acme", 1),
+                                       Charge{&quota, Level::tenant, "tenant:monthly:acme", 1, "acme", {}}};
+        for (int step = 0; step < 200; ++step) {
+            auto amount = hostile[rng() % std::size(hostile)];
+            switch (rng() % 3) {
+                case 0: {  // a request, settled at whatever the upstream claimed
+                    auto decision = store.decide(charges);
+                    if (decision.allowed) {
+                        auto taken = limiter::charged(charges, decision);
+                        store.settle(taken, {amount, amount, 0}, decision.lease);
+                    }
+                    break;
+                }
+                case 1:
+                    store.quota_admin(charges[1], std::fabs(amount) <= 1e15 ? std::fabs(amount) : 1e15, false);
+                    break;
+                default: clock.advance(std::chrono::nanoseconds(rng() % 1'000'000'000'000)); break;
+            }
+            StateSnapshot snapshot{clock.unix_now(), store.save()};
+            ASSERT_NO_THROW(decode_state(encode_state(snapshot))) << "trial " << trial << " step " << step;
+        }
+    }
 }
 
 }  // namespace
