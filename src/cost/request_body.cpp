@@ -356,8 +356,12 @@ bool BodyReader::messages(element v) {
         simdjson::dom::object message;
         if (m.get_object().get(message) != simdjson::SUCCESS) return fail("each entry of 'messages' must be an object");
         s_.input_tokens += model_->message_overhead;
-        for (auto it = message.begin(); it != message.end(); ++it)
+        for (auto it = message.begin(); it != message.end(); ++it) {
+            // A field beyond role and content (name, tool_call_id, tool_calls) is rendered
+            // with a separator or label of its own: a token for it.
+            if (it.key() != "role" && it.key() != "content") s_.input_tokens += 1;
             if (!content_tokens(it.value(), s_.input_tokens)) return false;
+        }
     }
     s_.input_tokens += k_reply_priming;
     return true;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "harness.hpp"
@@ -128,6 +129,129 @@ TEST_F(TiktokenReference, TheGatewayPricesPromptsWithTheRankFile) {
     // content's exact BPE count.
     EXPECT_EQ(json::parse(r.body)["input_tokens"].get<std::uint64_t>(), 4 + 1 + reference_[english.string()] + 3);
     EXPECT_EQ(json::parse(r.body)["tokenizer"], "tiktoken cl100k " + rank_file);
+}
+
+/// A random chat body and the text a ChatML-like template renders for it: per message its
+/// role, name, tool_call_id, content (strings or text parts) and tool calls (function name and
+/// arguments), each message's fixed tokens left to message_overhead.
+struct RandomChat {
+    json body;
+    std::vector<std::string> rendered;  // one per message
+};
+
+RandomChat random_chat(std::mt19937_64& rng, const std::vector<std::string>& words) {
+    auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
+    auto text = [&](std::size_t most) {
+        std::string t;
+        for (auto n = 1 + pick(most); n > 0; --n) {
+            t += words[pick(words.size())];
+            static const char* k_glue[] = {
+                " ", " ", " ", "\n", ", ", ". ", "\t", "", " 42 ", " \u00e9t\u00e9 ", "\u6f22\u5b57"};
+            t += k_glue[pick(std::size(k_glue))];
+        }
+        return t;
+    };
+    static const char* k_roles[] = {"system", "user", "assistant", "tool", "developer"};
+    RandomChat chat;
+    json messages = json::array();
+    for (auto n = 1 + pick(6); n > 0; --n) {
+        json m;
+        std::string rendered;
+        std::string role = pick(8) == 0 ? text(40) : k_roles[pick(std::size(k_roles))];  // a role may carry the prompt
+        m["role"] = role;
+        rendered += role + "\n";
+        if (pick(4) == 0) {
+            auto name = text(3);
+            m["name"] = name;
+            rendered += name + "\n";
+        }
+        if (role == "tool") {
+            auto id = "call_" + std::to_string(rng() % 100000);
+            m["tool_call_id"] = id;
+            rendered += id + "\n";
+        }
+        if (pick(3) == 0) {
+            json parts = json::array();
+            for (auto k = 1 + pick(3); k > 0; --k) {
+                auto t = text(30);
+                parts.push_back({{"type", "text"}, {"text", t}});
+                rendered += t;
+            }
+            m["content"] = parts;
+        } else {
+            auto t = text(60);
+            m["content"] = t;
+            rendered += t;
+        }
+        if (role == "assistant" && pick(2) == 0) {
+            json calls = json::array();
+            for (auto k = 1 + pick(2); k > 0; --k) {
+                auto name = words[pick(words.size())] + "_" + words[pick(words.size())];
+                auto arguments = json{{"query", text(10)}, {"limit", pick(100)}}.dump();
+                calls.push_back({{"id", "call_" + std::to_string(rng() % 100000)},
+                                 {"type", "function"},
+                                 {"function", {{"name", name}, {"arguments", arguments}}}});
+                rendered += "\n" + name + " " + arguments;
+            }
+            m["tool_calls"] = calls;
+        }
+        messages.push_back(m);
+        chat.rendered.push_back(rendered);
+    }
+    chat.body = {{"model", "m"}, {"messages", messages}};
+    return chat;
+}
+
+// SPEC §17's property: for random bodies, the gateway's input count is at least what the
+// reference encoder gives for the text a chat template renders from them, plus that
+// template's fixed tokens (3 a message, 3 to open the reply).
+TEST_F(TiktokenReference, TheInputCountIsAtLeastWhatTheTemplateRenders) {
+    auto rank_file = (dir_ / "cl100k_base.tiktoken").string();
+    GatewayUnderTest gw(
+        "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
+        "cost:\n  estimator: { tiktoken: \"" +
+        rank_file + "\" }\ntenants:\n  - { id: acme, keys: [\"k1\"] }\n");
+    std::vector<std::string> words;
+    std::istringstream corpus(slurp(k_repo / "tests/corpus/english.txt") + slurp(k_repo / "tests/corpus/code.txt"));
+    for (std::string w; corpus >> w;) words.push_back(w);
+    ASSERT_GT(words.size(), 100u);
+    std::mt19937_64 rng(2026);
+    constexpr int k_bodies = 150;
+    auto rendered_dir = dir_ / "rendered";
+    fs::create_directories(rendered_dir);
+    std::vector<RandomChat> chats;
+    for (int i = 0; i < k_bodies; ++i) {
+        chats.push_back(random_chat(rng, words));
+        for (std::size_t m = 0; m < chats.back().rendered.size(); ++m) {
+            char name[32];
+            std::snprintf(name, sizeof name, "%03d-%zu.txt", i, m);
+            std::ofstream(rendered_dir / name, std::ios::binary) << chats.back().rendered[m];
+        }
+    }
+    auto out = dir_ / "rendered.json";
+    ASSERT_EQ(run("node '" + (k_repo / "tests/tiktoken/reference.js").string() + "' '" + pkg_ + "' '" +
+                  rendered_dir.string() + "' '" + (dir_ / "unused.tiktoken").string() + "' > '" + out.string() + "'"),
+              0);
+    auto counts = json::parse(slurp(out));
+    std::uint64_t total_gateway = 0, total_reference = 0;
+    for (int i = 0; i < k_bodies; ++i) {
+        std::uint64_t reference = 3;
+        for (std::size_t m = 0; m < chats[i].rendered.size(); ++m) {
+            char name[32];
+            std::snprintf(name, sizeof name, "%03d-%zu.txt", i, m);
+            reference += 3 + counts[name].get<std::uint64_t>();
+        }
+        auto r = gw.admin(Request{"POST", "/admin/explain", {}, json{{"key", "k1"}, {"body", chats[i].body}}.dump()});
+        ASSERT_EQ(r.status, 200) << r.body;
+        auto gateway = json::parse(r.body)["input_tokens"].get<std::uint64_t>();
+        EXPECT_GE(gateway, reference) << chats[i].body.dump();
+        total_gateway += gateway;
+        total_reference += reference;
+    }
+    std::printf("%d random chat bodies: the gateway counted %llu input tokens, the template's text %llu (%.3fx)\n",
+                k_bodies, static_cast<unsigned long long>(total_gateway),
+                static_cast<unsigned long long>(total_reference),
+                static_cast<double>(total_gateway) / static_cast<double>(total_reference));
 }
 
 TEST_F(TiktokenReference, AModelCanCountWithARankFileOfItsOwn) {
