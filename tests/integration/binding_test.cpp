@@ -234,7 +234,7 @@ TEST(Binding, ConcurrentStreamsShareOneLiveBudget) {
         auto head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
         return ScriptedUpstream::Reply{head + events.substr(0, half), events.substr(half), 500};
     };
-    GatewayUnderTest gw(config("scripted", "  stop_at_budget: true\n  stream_charge_every: 64\n",
+    GatewayUnderTest gw(config("scripted", "  stop_at_budget: true\n",  // stream_charge_every: 64, the default
                                "{ name: tokens, algorithm: token_bucket, capacity: 2000, rate: 1/s, unit: cost }"),
                         "", 1000, rec.up.yaml());
     std::vector<std::future<Response>> streams;
