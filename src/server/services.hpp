@@ -89,7 +89,7 @@ struct Services {
     cost::OutputHistory output_history;                      // settled output per (tenant, model), across reloads
     LogThrottle handshake_log{std::chrono::seconds(1)};      // failed client TLS handshakes, per reason
     LogThrottle upstream_tls_log{std::chrono::seconds(10)};  // an https upstream's, per upstream
-    LogThrottle usage_clamp_log{std::chrono::hours(24)};     // impossible usage reports, per upstream
+    LogThrottle usage_clamp_log{LogThrottle::clock::duration::max()};  // impossible usage reports: once per upstream
     /// SPEC §17: large bodies are tokenized here, so the event loops keep serving meanwhile.
     std::unique_ptr<net::thread_pool> pricing;
     // Last, so it goes first: a store that reports to the metrics never outlives them.

@@ -185,6 +185,11 @@ std::string reasoning_stream(const std::string& channel, int tokens) {
         else if (channel == "response.reasoning_text.delta" || channel == "response.function_call_arguments.delta") {
             events += "data: " + json{{"type", channel}, {"delta", "word "}}.dump() + "\n\n";
             continue;
+        } else if (channel == "thinking_delta" || channel == "input_json_delta") {  // Anthropic's
+            json block = {{"type", channel}, {channel == "thinking_delta" ? "thinking" : "partial_json", "word "}};
+            events += "event: content_block_delta\ndata: " +
+                      json{{"type", "content_block_delta"}, {"index", 0}, {"delta", block}}.dump() + "\n\n";
+            continue;
         } else delta[channel] = "word ";
         events += "data: " +
                   json{{"object", "chat.completion.chunk"}, {"choices", {{{"index", 0}, {"delta", delta}}}}}.dump() +
@@ -197,9 +202,13 @@ std::string reasoning_stream(const std::string& channel, int tokens) {
 // deltas ran to its end on a 2,000 budget.
 TEST(Binding, EveryOutputChannelCountsAgainstTheBudget) {
     std::atomic<int> which{0};
-    const std::vector<std::string> channels = {"reasoning_content", "reasoning", "tool_calls",
+    const std::vector<std::string> channels = {"reasoning_content",
+                                               "reasoning",
+                                               "tool_calls",
                                                "response.reasoning_text.delta",
-                                               "response.function_call_arguments.delta"};
+                                               "response.function_call_arguments.delta",
+                                               "thinking_delta",
+                                               "input_json_delta"};
     RecordingUpstream rec;
     rec.answer = [&](const std::string&) {
         return ScriptedUpstream::Reply{sse_reply(reasoning_stream(channels[which], 20000))};
@@ -221,6 +230,42 @@ TEST(Binding, EveryOutputChannelCountsAgainstTheBudget) {
         EXPECT_GE(relayed, 1000u) << "its reservation is relayed";
         ASSERT_TRUE(gw.wait_settled(static_cast<double>(i + 1)));
     }
+}
+
+// §17: "Non-stream answers are counted the same way when they carry no usage" (before, such
+// an answer kept its reservation, whatever it held).
+TEST(Binding, AnAnswerWithoutUsageIsChargedForEveryChannelItCarries) {
+    std::string thoughts;
+    for (int i = 0; i < 3000; ++i) thoughts += "word ";
+    RecordingUpstream rec;
+    rec.answer = [&](const std::string&) {
+        json message = {
+            {"role", "assistant"},
+            {"content", "ok"},
+            {"reasoning_content", thoughts},
+            {"tool_calls",
+             {{{"id", "c"}, {"type", "function"}, {"function", {{"name", "f"}, {"arguments", thoughts}}}}}}};
+        return ScriptedUpstream::Reply{
+            http_ok(json{{"object", "chat.completion"}, {"choices", {{{"index", 0}, {"message", message}}}}}.dump(),
+                    "application/json")};
+    };
+    GatewayUnderTest gw(
+        config("scripted", "",
+               "{ name: tokens, algorithm: token_bucket, capacity: 1000000000, rate: 1000/s, unit: cost }"),
+        "", 1000, rec.up.yaml());
+    ASSERT_EQ(
+        gw.request(post("/v1/chat/completions", R"({"max_tokens":10000,"messages":[{"role":"user","content":"hi"}]})"))
+            .status,
+        200);
+    auto m = gw.metrics_after(1);
+    const std::string series = R"(tokengate_tokens_total{tenant="acme",model="",kind="completion"} )";
+    auto at = m.find(series);
+    ASSERT_NE(at, std::string::npos) << m;
+    auto completion = std::stod(m.substr(at + series.size(), m.find('\n', at) - at - series.size()));
+    std::printf("an answer without usage: %.0f completion tokens counted (6,000 words of reasoning and arguments)\n",
+                completion);
+    EXPECT_GE(completion, 6000) << m;
+    EXPECT_LE(completion, 6100) << m;
 }
 
 // §17 "Concurrent streams share one live budget": 8 parallel streams relayed 8,552 tokens

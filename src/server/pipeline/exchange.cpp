@@ -73,7 +73,7 @@ void count_handshakes(Worker& worker, const std::string& upstream, const proxy::
 }
 
 /// An upstream that reports more than the request could have used is broken or hostile: its
-/// report is clamped, counted, and logged once a day per upstream.
+/// report is clamped, counted, and logged once per upstream.
 void usage_clamped(Worker& worker, const std::string& upstream, const cost::SettledCost& settled) {
     worker.services.metrics.usage_clamped.add({upstream});
     std::uint64_t held_back = 0;
