@@ -52,7 +52,9 @@ SettledCost settled_cost(const config::CostConfig& config, double cost_factor, c
     } else if (observed.is_stream() || !end.completed) {
         // No usage (an older TGI, or a stream cut short): the input and what was sent.
         out.prompt_tokens = request.input_tokens;
-        out.completion_tokens = std::min(observed.streamed_tokens(), bounds.completion);
+        // The gateway's own count of what it relayed, not a report: never clamped (a live
+        // budget charged it as it went).
+        out.completion_tokens = observed.streamed_tokens();
     } else {
         out.kept_reservation = end.status >= 200 && end.status < 300;
         out.cost = out.kept_reservation ? reserved : 0;  // an error generated nothing

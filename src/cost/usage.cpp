@@ -231,8 +231,18 @@ Usage JsonUsageReader::body_usage(simdjson::dom::object doc) const {
     return u;
 }
 
+std::string_view SseUsageFilter::resume(std::uint64_t tokens) {
+    paused_ = false;
+    pause_after_ = tokens;
+    return feed({}, false);
+}
+
 std::string_view SseUsageFilter::feed(std::string_view data, bool last) {
     out_.clear();
+    if (paused_) {  // held until the budget says (the relay asks it after every piece)
+        pending_.append(data);
+        return {};
+    }
     // Events are read in place: from the caller's piece, or from pending_ when an event
     // straddled two pieces. Unchanged runs of events are passed on without a copy.
     std::string_view source = data;
@@ -255,14 +265,16 @@ std::string_view SseUsageFilter::feed(std::string_view data, bool last) {
             edited = true;
         }
         consumed += event.size();
-        if (streamed_tokens_ > stop_after_) {
-            stopped_ = true;
+        if (streamed_tokens_ > pause_after_) {
+            (last ? stopped_ : paused_) = true;
             break;
         }
     }
-    if (stopped_) {  // the rest of the stream is not the client's any more
+    if (stopped_ || paused_) {
         out_.append(source.substr(copied, consumed - copied));
-        pending_.clear();
+        // Stopped, the rest of the stream is not the client's any more; paused, it waits.
+        std::string held = paused_ ? std::string(source.substr(consumed)) : std::string();
+        pending_ = std::move(held);
         return out_;
     }
     // An event larger than any real one is passed on unparsed rather than held without bound.

@@ -227,7 +227,7 @@ TEST(Binding, EveryOutputChannelCountsAgainstTheBudget) {
         for (auto at = r.body.find("word "); at != std::string::npos; at = r.body.find("word ", at + 1)) ++relayed;
         std::printf("%s: %zu of 20,000 tokens relayed on a 2,000 budget\n", channels[i].c_str(), relayed);
         EXPECT_LE(relayed, 2000u + 64 + 2) << "20,000 before";
-        EXPECT_GE(relayed, 1000u) << "its reservation is relayed";
+        EXPECT_GE(relayed, 1900u) << "it runs on to the budget: a read of many events is held, not cut";
         ASSERT_TRUE(gw.wait_settled(static_cast<double>(i + 1)));
     }
 }

@@ -26,10 +26,12 @@ public:
     /// What the upstream reported; a JSON body's only once it was read whole.
     Usage usage(bool completed) const;
     std::uint64_t streamed_tokens() const { return sse_ ? sse_->streamed_tokens() : 0; }
-    /// stop_at_budget, for a stream (see SseUsageFilter::stop_after); a JSON body is not stopped.
-    void stop_after(std::uint64_t tokens) {
-        if (sse_) sse_->stop_after(tokens);
+    /// stop_at_budget, for a stream (see SseUsageFilter::pause_after); a JSON body is not stopped.
+    void pause_after(std::uint64_t tokens) {
+        if (sse_) sse_->pause_after(tokens);
     }
+    bool paused() const { return sse_ && sse_->paused(); }
+    std::string_view resume(std::uint64_t tokens) { return sse_ ? sse_->resume(tokens) : std::string_view(); }
     void stop_now() {
         if (sse_) sse_->stop_now();
     }

@@ -61,11 +61,20 @@ public:
     std::uint64_t streamed_tokens() const { return streamed_tokens_; }
     bool saw_output() const { return streamed_tokens_ > 0 || usage_.completion_tokens > 0; }
 
-    /// SPEC §12's stop_at_budget: once the streamed text passes `tokens`, the event that passed
-    /// it is the last one forwarded; everything after it is dropped.
-    void stop_after(std::uint64_t tokens) { stop_after_ = tokens; }
+    /// SPEC §17's live budget: once the streamed output passes `tokens`, the event that passed
+    /// it is the last one forwarded and the rest is held until resume() or stop_now(). In the
+    /// upstream's last piece there is nothing to wait for: the stream stops there.
+    void pause_after(std::uint64_t tokens) { pause_after_ = tokens; }
+    bool paused() const { return paused_; }
+    /// Lets the held events through up to a new limit; returns the bytes to forward now (valid
+    /// until the next call).
+    std::string_view resume(std::uint64_t tokens);
     /// Ends the stream after what was forwarded so far (a live budget refused more).
-    void stop_now() { stopped_ = true; }
+    void stop_now() {
+        stopped_ = true;
+        paused_ = false;
+        pending_.clear();
+    }
     bool stopped() const { return stopped_; }
     /// The events that end a stopped stream cleanly in its own dialect: a final chunk per
     /// choice with `finish_reason: "length"`, the usage chunk when the client asked for usage
@@ -92,7 +101,8 @@ private:
     std::string out_;
     Usage usage_;
     std::uint64_t streamed_tokens_ = 0;
-    std::uint64_t stop_after_ = UINT64_MAX;
+    std::uint64_t pause_after_ = UINT64_MAX;
+    bool paused_ = false;
     bool stopped_ = false;
     Dialect dialect_ = Dialect::unknown;
     std::string id_, model_;

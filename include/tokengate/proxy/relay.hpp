@@ -37,10 +37,15 @@ struct ForwardHooks {
     /// back a partial event or drop one). The view must stay valid until the next call. `last`
     /// comes with the final piece. Only a response without Content-Length may change size.
     std::function<std::string_view(std::string_view data, bool last)> on_chunk;
-    /// Asked after each piece went to the client: bytes to end the response with now (the
-    /// upstream's rest is not read; its connection is dropped, which cancels its request), or
-    /// nothing to go on. It may wait (a shared budget charged on Redis).
-    std::function<net::awaitable<std::string_view>()> stop;
+    /// Asked after each piece (but the last) went to the client, and may wait (a shared budget
+    /// charged on Redis): bytes to send now (events on_chunk held back), and whether the
+    /// response ends with them (the upstream's rest is not read; its connection is dropped,
+    /// which cancels its request).
+    struct Next {
+        std::string_view bytes;
+        bool end = false;
+    };
+    std::function<net::awaitable<Next>()> after_piece;
 };
 
 struct RelayOptions {
@@ -155,13 +160,17 @@ net::awaitable<Relayed> relay(Upstream& upstream, beast::flat_buffer& buffer,
             out.upstream_failed = true;
             break;
         }
-        if (!last && !out.client_failed && hooks.stop)
-            if (auto tail = co_await hooks.stop(); !tail.empty()) {
-                auto [sec, sn] = co_await send(tail, true);
+        if (!last && !out.client_failed && hooks.after_piece) {
+            auto next = co_await hooks.after_piece();
+            if (!next.bytes.empty() || next.end) {
+                auto [sec, sn] = co_await send(next.bytes, next.end);
                 out.client_failed = static_cast<bool>(sec);
+            }
+            if (next.end) {
                 out.stopped = true;
                 break;
             }
+        }
     }
     if (!out.head_sent && !out.upstream_failed && !out.client_failed) {  // a response without a body
         auto [ec, n] = co_await send({}, true);

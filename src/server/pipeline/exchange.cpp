@@ -117,24 +117,26 @@ net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
         proxy::wire::field(head, "X-Request-Id", in.origin.request_id);
         observed.start(h[http::field::content_type], !h[http::field::content_length].empty(), usage_injected,
                        in.admitted.tokenizer);
-        if (in.live) observed.stop_after(in.live->covered() + cfg.cost.stream_charge_every);
+        if (in.live) observed.pause_after(in.live->covered() + cfg.cost.stream_charge_every);
     };
     hooks.replaced = replaced_in_response;
     hooks.on_chunk = [&](std::string_view data, bool last) { return observed.feed(data, last); };
-    std::string final_events;
+    std::string after;  // what the live budget lets through, or how the stream ends
     if (in.live)
-        hooks.stop = [&]() -> net::awaitable<std::string_view> {
-            // Past what is paid for, the next block is charged before anything more is relayed.
-            while (!observed.stopped() && observed.streamed_tokens() >= in.live->covered()) {
+        hooks.after_piece = [&]() -> net::awaitable<proxy::ForwardHooks::Next> {
+            after.clear();
+            // Past what is paid for (or held at it), the next block is charged before anything
+            // more is relayed; what was held then goes on.
+            while (!observed.stopped() && (observed.paused() || observed.streamed_tokens() >= in.live->covered())) {
                 if (!co_await in.live->extend(*services.store)) {
                     observed.stop_now();
                     break;
                 }
-                observed.stop_after(in.live->covered() + cfg.cost.stream_charge_every);
+                after.append(observed.resume(in.live->covered() + cfg.cost.stream_charge_every));
             }
-            if (!observed.stopped()) co_return std::string_view{};
-            final_events = observed.final_events(summary.client_wants_usage, summary.input_tokens);
-            co_return std::string_view(final_events);
+            if (!observed.stopped()) co_return proxy::ForwardHooks::Next{after, false};
+            after += observed.final_events(summary.client_wants_usage, summary.input_tokens);
+            co_return proxy::ForwardHooks::Next{after, true};
         };
 
     auto started = clock.now();
