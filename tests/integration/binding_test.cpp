@@ -136,44 +136,89 @@ TEST(Binding, TheDeclaredOutputBoundIsWrittenUpstreamInEachDialectsField) {
 
 // The issue's first scenario: 25 one-token answers taught the learned estimate "1 token"; then
 // 8 parallel requests without max_tokens got 140,000 tokens against a 2,000 budget (70x).
-TEST(Binding, LearnedReservationsWithoutMaxTokensAreBoundedAndTheDebtIsRepaid) {
-    GatewayUnderTest gw(config("mock",
-                               "  default_max_tokens: 500\n  output_estimate: learned\n"
-                               "  learned: { min_samples: 5, window: 25 }\n",
-                               "{ name: tokens, algorithm: token_bucket, capacity: 2000, rate: 1/s, unit: cost }"),
-                        "", 0);
+TEST(Binding, LearnedReservationsWithoutMaxTokensAreBoundedAndStreamsShareTheBudget) {
+    auto learned_gateway = [] {
+        return std::make_unique<GatewayUnderTest>(
+            config("mock",
+                   "  default_max_tokens: 500\n  output_estimate: learned\n  stop_at_budget: true\n"
+                   "  learned: { min_samples: 5, window: 25 }\n",
+                   "{ name: tokens, algorithm: token_bucket, capacity: 2000, rate: 1/s, unit: cost }"),
+            "", 0);
+    };
     const std::string body = R"({"model":"m","messages":[{"role":"user","content":"hi"}]})";
-    for (int i = 0; i < 25; ++i)
-        ASSERT_EQ(gw.request(post("/v1/chat/completions", body, {{"x-mock-completion-tokens", "1"}})).status, 200);
-    ASSERT_TRUE(gw.wait_settled(25));
-    auto ex = explain(gw, "/v1/chat/completions", json::parse(body));
-    ASSERT_EQ(ex["output_estimate"]["source"], "learned") << ex.dump();
-    ASSERT_EQ(ex["output_tokens"], 1);
-    std::this_thread::sleep_for(1s);  // the 25 requests' cost (about 250) mostly back
-    std::vector<std::future<Response>> parallel;
-    for (int i = 0; i < 8; ++i)
-        parallel.push_back(std::async(std::launch::async, [&] {
-            return gw.request(post("/v1/chat/completions", body, {{"x-mock-completion-tokens", "17500"}}));
-        }));
-    std::uint64_t delivered = 0;
-    int admitted = 0;
-    for (auto& f : parallel) {
-        auto r = f.get();
-        if (r.status != 200) continue;
-        ++admitted;
-        delivered += json::parse(r.body)["usage"]["completion_tokens"].get<std::uint64_t>();
-    }
-    ASSERT_TRUE(gw.wait_settled(25 + admitted));
-    std::printf("learned + no max_tokens: %d of 8 admitted, %llu tokens delivered on a 2,000 budget\n", admitted,
-                static_cast<unsigned long long>(delivered));
-    EXPECT_LE(delivered, 8u * 500) << "each at most its declared bound: 140,000 before";
-    // Settled in full: the bucket went as deep as the answers took it, past -C.
+    auto teach = [&](GatewayUnderTest& gw) {
+        for (int i = 0; i < 25; ++i)
+            ASSERT_EQ(gw.request(post("/v1/chat/completions", body, {{"x-mock-completion-tokens", "1"}})).status, 200);
+        ASSERT_TRUE(gw.wait_settled(25));
+        auto ex = explain(gw, "/v1/chat/completions", json::parse(body));
+        ASSERT_EQ(ex["output_estimate"]["source"], "learned") << ex.dump();
+        ASSERT_EQ(ex["output_tokens"], 1);
+        std::this_thread::sleep_for(1s);  // the 25 requests' cost (about 250) mostly back
+    };
+    auto eight = [&](GatewayUnderTest& gw, const std::string& request, auto&& tokens_of) {
+        std::vector<std::future<Response>> parallel;
+        for (int i = 0; i < 8; ++i)
+            parallel.push_back(std::async(std::launch::async, [&] {
+                return gw.request(post("/v1/chat/completions", request, {{"x-mock-completion-tokens", "17500"}}));
+            }));
+        std::pair<int, std::uint64_t> out{0, 0};  // admitted, delivered
+        for (auto& f : parallel) {
+            auto r = f.get();
+            if (r.status != 200) continue;
+            ++out.first;
+            out.second += tokens_of(r.body);
+        }
+        EXPECT_TRUE(gw.wait_settled(25 + out.first));
+        return out;
+    };
+    // Answers: each at most its bound, written upstream (the learned reservation is 1 token);
+    // what they generated past it is settled as debt.
+    auto gw = learned_gateway();
+    teach(*gw);
+    auto [answers, answered] = eight(*gw, body, [](const std::string& b) {
+        return json::parse(b)["usage"]["completion_tokens"].get<std::uint64_t>();
+    });
+    std::printf("learned + no max_tokens, 8 parallel answers: %d admitted, %llu tokens on a 2,000 budget\n", answers,
+                static_cast<unsigned long long>(answered));
+    EXPECT_LE(answered, 8u * 500) << "140,000 before";
+    // Streams with stop_at_budget charge one live budget as they go.
+    auto streaming = learned_gateway();
+    teach(*streaming);
+    auto [streams, streamed] =
+        eight(*streaming, R"({"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]})",
+              [](const std::string& b) {
+                  std::uint64_t n = 0;
+                  const std::string word = "\"delta\":{\"content\":";
+                  for (auto at = b.find(word); at != std::string::npos; at = b.find(word, at + 1)) ++n;
+                  return n;
+              });
+    std::printf("learned + no max_tokens, 8 parallel streams: %d admitted, %llu tokens on a 2,000 budget\n", streams,
+                static_cast<unsigned long long>(streamed));
+    EXPECT_LE(streamed, 2000u + 30 + 8 * 64) << "budget + refill + a block a stream";
+}
+
+// §17 "Debt is paid back, not forgiven": a learned reservation of 1 token on a bucket of 200,
+// and an answer of its whole bound of 1,000.
+TEST(Binding, DebtPastTheCapacityIsKeptAndRetryAfterCountsIt) {
+    GatewayUnderTest gw(config("mock",
+                               "  default_max_tokens: 1000\n  output_estimate: learned\n"
+                               "  learned: { min_samples: 5, window: 25 }\n",
+                               "{ name: tokens, algorithm: token_bucket, capacity: 200, rate: 1/s, unit: cost }"),
+                        "", 0);
+    const std::string taught = R"({"model":"m","max_tokens":1,"messages":[{"role":"user","content":"hi"}]})";
+    for (int i = 0; i < 5; ++i) ASSERT_EQ(gw.request(post("/v1/chat/completions", taught)).status, 200);
+    ASSERT_TRUE(gw.wait_settled(5));
+    const std::string body = R"({"model":"m","messages":[{"role":"user","content":"hi"}]})";
+    auto r = gw.request(post("/v1/chat/completions", body, {{"x-mock-completion-tokens", "17500"}}));
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(json::parse(r.body)["usage"]["completion_tokens"], 1000) << "the bound went upstream";
+    ASSERT_TRUE(gw.wait_settled(6));
     auto level = remaining(gw);
-    std::printf("level after settlement: %.0f\n", level);
-    EXPECT_LT(level, -1000) << "debt is kept, not floored at -C";
-    auto refused = gw.request(post("/v1/chat/completions", body, {{"x-mock-completion-tokens", "1"}}));
+    std::printf("level after settlement: %.0f on a capacity of 200\n", level);
+    EXPECT_LT(level, -700) << "debt is kept, not floored at -C";
+    auto refused = gw.request(post("/v1/chat/completions", taught));
     EXPECT_EQ(refused.status, 429);
-    EXPECT_GT(std::stod(refused.header("retry-after")), 1000) << "Retry-After counts the debt";
+    EXPECT_GT(std::stod(refused.header("retry-after")), 700) << "Retry-After counts the debt";
 }
 
 /// An SSE stream of `tokens` one-word events in the given channel.
@@ -213,15 +258,24 @@ TEST(Binding, EveryOutputChannelCountsAgainstTheBudget) {
     rec.answer = [&](const std::string&) {
         return ScriptedUpstream::Reply{sse_reply(reasoning_stream(channels[which], 20000))};
     };
-    GatewayUnderTest gw(config("scripted", "  stop_at_budget: true\n",
-                               "{ name: tokens, algorithm: token_bucket, capacity: 2000, rate: 1000/s, unit: cost }"),
-                        "", 1000, rec.up.yaml());
+    // A tenant a channel, each with a full bucket that refills too slowly to matter (1/s).
+    std::string tenants = "tenants:\n";
+    for (std::size_t i = 0; i < channels.size(); ++i)
+        tenants += "  - { id: t" + std::to_string(i) + ", tier: t, keys: [\"k" + std::to_string(i) + "\"] }\n";
+    GatewayUnderTest gw(
+        "routes:\n  - { path_prefix: /, upstreams: [scripted] }\n"
+        "cost:\n  input: { per: 1, min: 1 }\n  output: { per: 1, min: 1 }\n  stream_surcharge: 0\n"
+        "  stop_at_budget: true\ntiers:\n  t:\n    limits:\n"
+        "      - { name: tokens, algorithm: token_bucket, capacity: 2000, rate: 1/s, unit: cost }\n" +
+            tenants,
+        "", 1000, rec.up.yaml());
     for (std::size_t i = 0; i < channels.size(); ++i) {
         SCOPED_TRACE(channels[i]);
         which = static_cast<int>(i);
-        std::this_thread::sleep_for(2500ms);  // the bucket full again
-        auto r = gw.request(post("/v1/chat/completions",
-                                 R"({"stream":true,"max_tokens":1000,"messages":[{"role":"user","content":"hi"}]})"));
+        auto r = gw.request({"POST",
+                             "/v1/chat/completions",
+                             {{"Authorization", "Bearer k" + std::to_string(i)}},
+                             R"({"stream":true,"max_tokens":1000,"messages":[{"role":"user","content":"hi"}]})"});
         ASSERT_EQ(r.status, 200) << r.body;
         std::size_t relayed = 0;
         for (auto at = r.body.find("word "); at != std::string::npos; at = r.body.find("word ", at + 1)) ++relayed;
