@@ -55,8 +55,12 @@ public:
             in("openssl x509 -req -in " + name + ".csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 30 -extfile " +
                ext + " -out " + name + ".pem");
         }
-        in("faketime '2020-01-01 00:00:00' openssl x509 -req -in first.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
-           "-days 1 -extfile san.ext -out expired.pem");
+        // libfaketime preloaded, not the faketime wrapper: the wrapper leaves a named semaphore
+        // per run in /dev/shm, and once pids wrap a new run collides with one ("sem_open: File
+        // exists"), as a fresh-clone CI run did.
+        in("env LD_PRELOAD=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 FAKETIME='@2020-01-01 00:00:00' "
+           "openssl x509 -req -in first.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 -extfile san.ext "
+           "-out expired.pem");
     }
     std::string path(const std::string& file) const { return dir() + "/" + file; }
     const std::string& dir() const { return dir_.path(); }
