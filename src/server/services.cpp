@@ -45,9 +45,11 @@ GatewayMetrics::GatewayMetrics(metrics::Registry& r)
                           "A tenant quota's allowance in its current window: its limit plus top-ups.",
                           {"tenant", "limit"})),
       config_reloads(r.counter("tokengate_config_reloads_total", "Configuration reloads.", {"result"})),
-      output_capped(r.counter("tokengate_output_capped_total",
-                              "Requests admitted with a lowered output limit instead of a 429 (cost.cap_output).",
-                              {"tenant"})),
+      output_capped(
+          r.counter("tokengate_output_capped_total",
+                    "Requests admitted with a lowered output limit: instead of a 429 (cost.cap_output), or beside "
+                    "answers in flight (cost.stop_at_budget).",
+                    {"tenant"})),
       streams_stopped(r.counter("tokengate_streams_stopped_total",
                                 "Streams ended at the tenant's budget (cost.stop_at_budget).", {"tenant"})),
       usage_clamped(r.counter("tokengate_usage_clamped_total",

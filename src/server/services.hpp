@@ -17,6 +17,7 @@
 #include "log_throttle.hpp"
 #include "tokengate/core/clock.hpp"
 #include "tokengate/cost/output_history.hpp"
+#include "tokengate/limiter/exposure.hpp"
 #include "tokengate/metrics/activity.hpp"
 #include "tokengate/metrics/registry.hpp"
 #include "tokengate/proxy/pool.hpp"
@@ -87,6 +88,7 @@ struct Services {
     GatewayMetrics metrics;
     metrics::Activity activity;                              // the status page's last five minutes and hour
     cost::OutputHistory output_history;                      // settled output per (tenant, model), across reloads
+    limiter::Exposure answers_in_flight;                     // SPEC §17: what they may still be charged
     LogThrottle handshake_log{std::chrono::seconds(1)};      // failed client TLS handshakes, per reason
     LogThrottle upstream_tls_log{std::chrono::seconds(10)};  // an https upstream's, per upstream
     LogThrottle usage_clamp_log{LogThrottle::clock::duration::max()};  // impossible usage reports: once per upstream

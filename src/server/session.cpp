@@ -245,7 +245,7 @@ private:
         if (auto overloaded = pipeline::shed(*rt, admitted, services_.clock.now()))
             co_return co_await refuse(*overloaded, rec, reply);
         auto limited = co_await pipeline::limit(*services_.store, admitted, cfg.cost, rec.tenant, services_.metrics,
-                                                services_.clock);
+                                                services_.clock, services_.answers_in_flight);
         if (auto* no = std::get_if<pipeline::Rejection>(&limited)) co_return co_await refuse(*no, rec, reply);
         auto& permit = std::get<pipeline::Permit>(limited);
         rec.cost_reserved = admitted.reserved.cost;
@@ -264,7 +264,7 @@ private:
         proxy::ClientOrigin origin{peer_, rec.client_ip, proxy::is_trusted_proxy(cfg.server.trusted_proxies, peer_),
                                    rec.request_id, stream_.tls()};
         proxy::ClientSide client{stream_, reply.keep_alive, reply.version, req.method() == http::verb::head};
-        pipeline::LiveBudget live(cfg.cost, admitted, permit.decision());
+        pipeline::LiveBudget live(cfg.cost, admitted, permit.decision(), services_.answers_in_flight);
         auto done = co_await pipeline::exchange(worker_, {*rt, admitted, req, target, origin, permit.headers(), client,
                                                           watch_, live.active() ? &live : nullptr});
         if (done.stopped) services_.metrics.streams_stopped.add({rec.tenant});

@@ -20,6 +20,7 @@ struct OutputReservation {
     Source source = Source::declared_setting;
     bool learned = false;            // the learned quantile replaced the declared maximum
     bool capped = false;             // lowered to fit the budget (cost.cap_output)
+    std::uint64_t lowered = 0;       // SPEC §17: the bound lowered beside answers in flight (0: not)
     std::uint64_t declared = 0;      // what the request declared a sequence (or its default)
     std::uint64_t per_sequence = 0;  // the output tokens reserved for each sequence
     std::uint64_t tokens = 0;        // for all sequences, saturated
@@ -27,8 +28,10 @@ struct OutputReservation {
     std::uint64_t quantile = 0;      // their quantile, when there are enough
 
     /// SPEC §17: the output bound per sequence written upstream: the declared output, or what
-    /// cap_output lowered it to. A learned reservation may be smaller; settlement charges the rest.
-    std::uint64_t bound() const { return capped ? per_sequence : declared; }
+    /// cap_output or the answer bound lowered it to. A learned reservation may be smaller;
+    /// settlement charges the rest.
+    std::uint64_t bound() const { return capped ? per_sequence : lowered ? lowered : declared; }
+    bool bound_lowered() const { return capped || lowered; }
 };
 
 /// The reason, in words, for /admin/explain.

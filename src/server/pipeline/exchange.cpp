@@ -52,7 +52,8 @@ Exchanged conclude(const ExchangeRequest& in, const proxy::ForwardResult& result
         case proxy::ForwardOutcome::client_gone: out.status = 499; break;
     }
     const auto& output = in.admitted.output;
-    auto bound = output.capped ? output.tokens : summary.max_output_tokens;  // every sequence's, saturated
+    // Every sequence's; a lowered bound is below the declared one, whose product is saturated.
+    auto bound = output.bound_lowered() ? output.bound() * summary.sequences : summary.max_output_tokens;
     out.settled = cost::settled_cost(cfg.cost, in.admitted.cost_factor, summary, in.admitted.reserved.cost, observed,
                                      end, cost::usage_bounds(summary, bound));
     return out;
@@ -106,7 +107,7 @@ net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
     auto body = usage_injected ? cost::with_stream_usage(in.request.body(), summary.has_stream_options)
                                : std::move(in.request.body());
     // SPEC §17: the upstream generates no more than was declared, even when the client named no limit.
-    if (summary.sequences > 0 && (in.admitted.output.capped || !summary.output_named))
+    if (summary.sequences > 0 && (in.admitted.output.bound_lowered() || !summary.output_named))
         body = cost::with_output_limit(body, summary, in.admitted.output.bound());
     auto up = proxy::make_upstream_request(in.request.base(), in.target, upstream, in.origin, std::move(body));
 

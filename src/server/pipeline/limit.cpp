@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "../services.hpp"
+#include "answer_bound.hpp"
 #include "cap.hpp"
 #include "tokengate/limiter/headers.hpp"
 
@@ -82,19 +83,29 @@ Permit::Permit(Permit&& other) noexcept
       metrics_(other.metrics_),
       tenant_(other.tenant_),
       headers_(std::move(other.headers_)),
+      exposure_(std::move(other.exposure_)),
       done_(other.done_) {
     other.done_ = true;  // the moved-from permit settles nothing
 }
 
 void Permit::settle(const config::Amounts& actual) {
-    if (done_) return;
+    if (move_charges_to(actual)) metrics_->settled.add({tenant_});
+}
+
+void Permit::withdraw() { move_charges_to({}); }
+
+bool Permit::move_charges_to(const config::Amounts& actual) {
+    if (done_) return false;
     done_ = true;
     if (decision_.settle_with) decision_.settle_with->settle(charged_, actual, decision_.lease);
+    // Only once the bucket carries what the answer used: released before, another answer
+    // could count on the same room twice.
+    exposure_.release();
     // The used gauge follows the settlement (the store's own count is not read back).
     for (const auto& c : charged_)
         if (tenant_quota(c) && limiter::settles(c, actual))
             metrics_->quota_used.add({tenant_, c.spec->name}, actual.in(c.spec->unit) - c.amount);
-    metrics_->settled.add({tenant_});
+    return true;
 }
 
 void Permit::held_more(std::span<const limiter::Charge> buckets, double amount) {
@@ -126,7 +137,8 @@ Rejection displaced(const limiter::Charge& queue) {
 
 net::awaitable<std::variant<Permit, Rejection>> limit(store::Store& store, Admitted& admitted,
                                                       const config::CostConfig& cost, std::string_view tenant,
-                                                      GatewayMetrics& metrics, const core::Clock& clock) {
+                                                      GatewayMetrics& metrics, const core::Clock& clock,
+                                                      limiter::Exposure& answers_in_flight) {
     auto decision = co_await store.decide(admitted.charges);
     if (decision.unavailable) co_return store_unavailable();
     if (!decision.allowed && cost.cap_output)
@@ -155,10 +167,19 @@ net::awaitable<std::variant<Permit, Rejection>> limit(store::Store& store, Admit
         }
         co_return no;
     }
-    if (admitted.output.capped)
-        headers.push_back({"x-tokengate-output-capped", std::to_string(admitted.output.per_sequence)});
-    metrics.admitted.add({tenant});
+    auto answer = bound_answer(cost, admitted, decision, answers_in_flight);
     Permit permit(std::move(decision), admitted.charges, admitted.reserved, metrics, tenant);
+    if (answer.refused) {
+        permit.withdraw();
+        answer.refused->headers.insert(answer.refused->headers.begin(), headers.begin(), headers.end());
+        co_return std::move(*answer.refused);
+    }
+    permit.keep(std::move(answer.hold));
+    if (admitted.output.bound_lowered()) {
+        headers.push_back({"x-tokengate-output-capped", std::to_string(admitted.output.bound())});
+        if (admitted.output.lowered) metrics.output_capped.add({tenant});
+    }
+    metrics.admitted.add({tenant});
     permit.set_headers(std::move(headers));
     co_return permit;
 }

@@ -13,6 +13,7 @@
 #include "admit.hpp"
 #include "rejection.hpp"
 #include "tokengate/core/clock.hpp"
+#include "tokengate/limiter/exposure.hpp"
 #include "tokengate/metrics/registry.hpp"
 #include "tokengate/store/store.hpp"
 
@@ -36,6 +37,11 @@ public:
     ~Permit() { settle(reserved_); }
 
     void settle(const config::Amounts& actual);
+    /// Refused after all (answer_bound.hpp): every cost unit back, and not counted as settled,
+    /// since it was never admitted.
+    void withdraw();
+    /// An answer's hold on what it may still be charged (answer_bound.hpp), given back at settlement.
+    void keep(limiter::Exposure::Hold hold) { exposure_ = std::move(hold); }
     /// A live budget charged `amount` more to these buckets: settlement starts from there.
     void held_more(std::span<const limiter::Charge> buckets, double amount);
     bool settled() const { return done_; }
@@ -49,22 +55,29 @@ public:
                                                 std::span<const limiter::Charge> charges, store::TurnWatch watch);
 
 private:
+    /// Settles the charges once; false if they were already.
+    bool move_charges_to(const config::Amounts& actual);
+
     limiter::Decision decision_;
     std::vector<limiter::Charge> charged_;
     config::Amounts reserved_;
     GatewayMetrics* metrics_;
     std::string_view tenant_;  // lives in the config snapshot the request holds
     std::vector<limiter::HeaderField> headers_;
+    limiter::Exposure::Hold exposure_;
     bool done_ = false;
 };
 
 /// Decides and charges. Refusals: 429 (the limit's rejection, with its headers) or 503
 /// rate_limiter_unavailable when a shared store is down under fail_closed. With
 /// cost.cap_output, a request that only cost buckets refuse is capped (cap.hpp) and decided
-/// again; `admitted` then holds the capped admission.
+/// again; `admitted` then holds the capped admission. With cost.stop_at_budget, a non-stream
+/// answer is bounded beside the answers in flight (answer_bound.hpp): its bound may be lowered,
+/// or it is refused (429) and its charge given back.
 net::awaitable<std::variant<Permit, Rejection>> limit(store::Store& store, Admitted& admitted,
                                                       const config::CostConfig& cost, std::string_view tenant,
-                                                      GatewayMetrics& metrics, const core::Clock& clock);
+                                                      GatewayMetrics& metrics, const core::Clock& clock,
+                                                      limiter::Exposure& answers_in_flight);
 
 /// The 429 for a refused decision, with its headers (SPEC §6).
 Rejection refused(const limiter::Decision& decision, std::span<const limiter::Charge> charges,

@@ -1,17 +1,15 @@
 #include "live_budget.hpp"
 
+#include "answer_bound.hpp"
+
 namespace tokengate::server::pipeline {
 
-LiveBudget::LiveBudget(const config::CostConfig& cost, const Admitted& admitted, const limiter::Decision& decision)
-    : cost_(cost), admitted_(admitted), covered_(admitted.output.tokens) {
+LiveBudget::LiveBudget(const config::CostConfig& cost, const Admitted& admitted, const limiter::Decision& decision,
+                       const limiter::Exposure& answers_in_flight)
+    : cost_(cost), admitted_(admitted), answers_in_flight_(answers_in_flight), covered_(admitted.output.tokens) {
     const auto& summary = admitted.summary;
     if (!cost.stop_at_budget || !summary.stream || summary.sequences == 0) return;
-    for (std::size_t i = 0; i < decision.statuses.size() && i < admitted.charges.size(); ++i) {
-        const auto& s = decision.statuses[i];
-        if (s.charged && s.spec->enforce && s.level == config::Level::tenant && s.spec->unit == config::Unit::cost &&
-            limiter::is_rate_bucket(*s.spec))
-            charges_.push_back(admitted.charges[i]);
-    }
+    for (auto i : charged_cost_buckets(decision, admitted.charges.size())) charges_.push_back(admitted.charges[i]);
 }
 
 net::awaitable<bool> LiveBudget::extend(store::Store& store) {
@@ -25,6 +23,8 @@ net::awaitable<bool> LiveBudget::extend(store::Store& store) {
         auto decision = co_await store.decide(charges_);
         if (!decision.allowed || decision.unavailable) co_return false;
         charged_ += block;
+        for (std::size_t i = 0; i < charges_.size() && i < decision.statuses.size(); ++i)
+            if (decision.statuses[i].verdict.remaining < answers_in_flight_.of(charges_[i].key)) co_return false;
     }
     covered_ = next;
     co_return true;

@@ -13,6 +13,7 @@
 
 #include "admit.hpp"
 #include "tokengate/limiter/decision.hpp"
+#include "tokengate/limiter/exposure.hpp"
 #include "tokengate/store/store.hpp"
 
 namespace tokengate::server::pipeline {
@@ -23,13 +24,15 @@ class LiveBudget {
 public:
     /// Inactive when stop_at_budget is off, the request is not a generating stream, or none of
     /// the tenant's enforced `unit: cost` rate buckets took a charge.
-    LiveBudget(const config::CostConfig& cost, const Admitted& admitted, const limiter::Decision& decision);
+    LiveBudget(const config::CostConfig& cost, const Admitted& admitted, const limiter::Decision& decision,
+               const limiter::Exposure& answers_in_flight);
 
     bool active() const { return !charges_.empty(); }
     /// The output tokens paid for so far: the reservation, then each block charged.
     std::uint64_t covered() const { return covered_; }
     /// Charges the next block to every cost limit at once; false if any refused (or the store
-    /// failed closed): the stream ends where it is.
+    /// failed closed), or if it left less than the answers in flight may still take (their
+    /// hold, answer_bound.hpp): the stream ends where it is, and settlement trues the block up.
     net::awaitable<bool> extend(store::Store& store);
     /// The charges the blocks went to, and what each took in all (cost units), for settlement.
     const std::vector<limiter::Charge>& charges() const { return charges_; }
@@ -38,6 +41,7 @@ public:
 private:
     const config::CostConfig& cost_;
     const Admitted& admitted_;
+    const limiter::Exposure& answers_in_flight_;
     std::vector<limiter::Charge> charges_;
     std::uint64_t covered_ = 0;
     double charged_ = 0;

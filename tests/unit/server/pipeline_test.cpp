@@ -13,6 +13,7 @@
 
 #include "config_text.hpp"
 #include "server/pipeline/admit.hpp"
+#include "server/pipeline/estimate.hpp"
 #include "server/pipeline/limit.hpp"
 #include "server/pipeline/record.hpp"
 #include "server/services.hpp"
@@ -76,7 +77,8 @@ struct Stages {
         return std::move(*out);
     }
     std::variant<Permit, Rejection> limit(Admitted& a) {
-        return run(pipeline::limit(store, a, runtime().config->cost, "acme", services.metrics, clock));
+        return run(pipeline::limit(store, a, runtime().config->cost, "acme", services.metrics, clock,
+                                   services.answers_in_flight));
     }
     std::string metric(std::string_view series) {
         auto text = services.registry.render();
@@ -255,6 +257,116 @@ TEST(LimitStage, APermitSettlesOnceAndARefundComesBack) {
     EXPECT_DOUBLE_EQ(peek.statuses[1].verdict.remaining, 100 - 2 * a.reserved.cost);
 }
 
+/// SPEC §17: a learned reservation of 1 token, a bound of 500 written upstream, a budget of 2,000.
+const std::string k_learned_answers = testing::config_text(
+    "      - { name: tokens, algorithm: token_bucket, capacity: 2000, rate: 1/s, unit: cost }\n",
+    "cost:\n  input: { per: 1, min: 1 }\n  output: { per: 1, min: 1 }\n  stream_surcharge: 0\n"
+    "  default_max_tokens: 500\n  output_estimate: learned\n  stop_at_budget: true\n  min_output: 16\n"
+    "  learned: { min_samples: 5 }\n");
+
+struct LearnedAnswers : Stages {
+    LearnedAnswers() : Stages(k_learned_answers) {
+        for (int i = 0; i < 5; ++i) services.output_history.record("acme", "m", 1, history_settings(cost().learned));
+    }
+    const config::CostConfig& cost() { return runtime().config->cost; }
+    Admitted answer(std::string_view body = k_body) {
+        std::optional<auth::Principal> who;
+        return std::get<Admitted>(admit("k1", "/v1/chat/completions", body, who));
+    }
+};
+
+TEST(AnswerBound, ParallelAnswersAreBoundedByTheBudgetNotEachByItsOwnBound) {
+    LearnedAnswers s;
+    const auto bucket = s.answer().charges[0].key;
+    std::vector<Permit> permits;
+    std::uint64_t bounds = 0;
+    int refused = 0;
+    for (int i = 0; i < 8; ++i) {
+        auto a = s.answer();
+        ASSERT_TRUE(a.output.learned);
+        ASSERT_EQ(a.output.per_sequence, 1u) << "the learned reservation";
+        auto limited = s.limit(a);
+        if (auto* no = std::get_if<Rejection>(&limited)) {
+            EXPECT_EQ(no->status, http::status::too_many_requests);
+            EXPECT_NE(no->message.find("answers in flight"), std::string::npos) << no->message;
+            ++refused;
+            continue;
+        }
+        bounds += a.output.bound();
+        if (i == 0) {
+            EXPECT_EQ(a.output.bound(), 500u) << "the first answer keeps its whole bound";
+        }
+        permits.push_back(std::move(std::get<Permit>(limited)));
+    }
+    // What the admitted answers may generate, with their inputs, stays within the budget: the
+    // first four take their bound of 500 and the rest is refused, not another 4 x 500.
+    EXPECT_LE(bounds, 2000u);
+    EXPECT_GE(bounds, 1900u) << "and the budget is used";
+    EXPECT_GE(refused, 3);
+    EXPECT_GT(s.services.answers_in_flight.of(bucket), 1900.0);
+    // An answer that settles gives its hold back: the next one gets a bound again.
+    for (auto& p : permits) p.settle(config::Amounts{10, 10, 0});
+    EXPECT_EQ(s.services.answers_in_flight.of(bucket), 0.0);
+    auto next = s.answer();
+    ASSERT_TRUE(std::holds_alternative<Permit>(s.limit(next)));
+    EXPECT_EQ(next.output.bound(), 500u);
+}
+
+TEST(AnswerBound, AnAnswerGetsTheRoomLeftAsALowerBoundAndSaysSo) {
+    LearnedAnswers s;
+    auto first = s.answer();
+    // 1,700 of the 2,000 are spent first (by a stream, which holds nothing): the next answer can take 300 - its input,
+    // not 500.
+    auto big = s.answer(R"({"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]})");
+    big.charges[0].amount = 1700;
+    auto spent = s.limit(big);
+    ASSERT_TRUE(std::holds_alternative<Permit>(spent));
+    std::get<Permit>(spent).settle(config::Amounts{1700, 1700, 0});
+    auto limited = s.limit(first);
+    ASSERT_TRUE(std::holds_alternative<Permit>(limited));
+    auto input = first.summary.input_tokens;
+    EXPECT_EQ(first.output.lowered, 300 - input) << "the room left";
+    bool said = false;
+    for (const auto& h : std::get<Permit>(limited).headers())
+        if (h.name == "x-tokengate-output-capped") {
+            said = h.value == std::to_string(300 - input);
+        }
+    EXPECT_TRUE(said);
+    EXPECT_EQ(s.metric("tokengate_output_capped_total{tenant=\"acme\"}"), "1");
+}
+
+TEST(AnswerBound, ARequestWhoseChargeEatsIntoTheHoldsIsRefusedAndGivenItBack) {
+    LearnedAnswers s;
+    const auto bucket = s.answer().charges[0].key;
+    std::vector<Permit> held;
+    for (int i = 0; i < 3; ++i) {  // three answers hold 3 x 499 of the 2,000
+        auto a = s.answer();
+        held.push_back(std::move(std::get<Permit>(s.limit(a))));
+    }
+    // A request for a model with no history reserves its max_tokens of 600 in full: the bucket has room
+    // for it, but not beside what the three answers may still take.
+    auto declared = s.answer(R"({"model":"m2","max_tokens":600,"messages":[{"role":"user","content":"hi"}]})");
+    ASSERT_FALSE(declared.output.learned);
+    auto before = s.run(pipeline::preview(s.store, declared.charges)).statuses[0].verdict.remaining;
+    auto limited = s.limit(declared);
+    ASSERT_TRUE(std::holds_alternative<Rejection>(limited));
+    EXPECT_EQ(std::get<Rejection>(limited).status, http::status::too_many_requests);
+    auto after = s.run(pipeline::preview(s.store, declared.charges)).statuses[0].verdict.remaining;
+    EXPECT_DOUBLE_EQ(after, before) << "its charge given back";
+    EXPECT_EQ(s.metric("tokengate_settled_total{tenant=\"acme\"}"), "absent") << "never admitted, never settled";
+    EXPECT_EQ(s.services.answers_in_flight.of(bucket), 3 * 499.0);
+}
+
+TEST(AnswerBound, AStreamHoldsNothingForItPaysAsItGoes) {
+    LearnedAnswers s;
+    const auto bucket = s.answer().charges[0].key;
+    auto stream = s.answer(R"({"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]})");
+    auto limited = s.limit(stream);
+    ASSERT_TRUE(std::holds_alternative<Permit>(limited));
+    EXPECT_EQ(stream.output.bound(), 500u);
+    EXPECT_EQ(s.services.answers_in_flight.of(bucket), 0.0) << "a stream pays as it goes";
+}
+
 /// A shared store that is down under fail_closed, through the same seam.
 class DownStore final : public store::Store {
 public:
@@ -281,8 +393,8 @@ TEST(LimitStage, AStoreThatIsDownIsA503WithRetryAfter) {
     Stages s;
     DownStore down(s.clock);
     auto admitted = s.admitted();
-    auto refused =
-        s.run(pipeline::limit(down, admitted, s.runtime().config->cost, "acme", s.services.metrics, s.clock));
+    auto refused = s.run(pipeline::limit(down, admitted, s.runtime().config->cost, "acme", s.services.metrics, s.clock,
+                                         s.services.answers_in_flight));
     ASSERT_TRUE(std::holds_alternative<Rejection>(refused));
     const auto& no = std::get<Rejection>(refused);
     EXPECT_EQ(no.status, http::status::service_unavailable);
