@@ -80,7 +80,7 @@ TEST(Simulate, ABadLineIsExitOneNamingItAndDisorderIsSorted) {
 }
 
 TEST(Simulate, TheChartsInDocsAreWhatSeedZeroGivesToday) {
-    // docs/simulate holds seed 000's configs, trace and charts (shown in the README): a change
+    // docs/simulate holds seed 000's configs, trace and charts (shown in docs/simulate.md): a change
     // to the decisions or the charts shows here until the committed SVGs are regenerated.
     const std::string docs = std::string(TOKENGATE_SOURCE_DIR) + "/docs/simulate/";
     for (std::string mode : {"police", "shape"}) {
