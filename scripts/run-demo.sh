@@ -3,8 +3,9 @@
 # upstream (127.0.0.1:8000). Ctrl-C stops both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh release
-bin=build/release/tokengate
+# Only what the gateway needs, and only its binary: the tests' set-up is scripts/test.sh's.
+scripts/setup.sh gateway
+bin=build/gateway/tokengate
 # A GPU of 8 sequences: past them requests queue, and the gateway's adaptive limit follows.
 "$bin" mock-upstream --port 8000 --max-seqs 8 &
 mock=$!

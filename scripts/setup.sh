@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # Installs what is missing (Debian 12 packages only) and builds tokengate.
-# usage: scripts/setup.sh [release|optimized|asan|tsan|none] [extra apt packages...]
+# usage: scripts/setup.sh [gateway|release|optimized|asan|tsan|none] [extra apt packages...]
+#   gateway: only what the gateway needs to build and run, and only its binary (the demo's);
+#   the others also install what the tests need and build every test and benchmark.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 flavor=${1:-release}
 shift || true
+# To build and run the gateway (curl for the README's first requests).
 packages=(g++ cmake make ccache pkg-config curl libboost1.81-dev nlohmann-json3-dev libyaml-cpp-dev
           libspdlog-dev libpcre2-dev libicu-dev libsimdjson-dev libhiredis-dev libgoogle-perftools-dev
-          libssl-dev openssl ca-certificates libhowardhinnant-date-dev tzdata libgtest-dev googletest libbenchmark-dev redis-server
-          faketime chromium prometheus "$@")
-
-# npm fetches the reference tokenizers for the BPE tests, and playwright-core to drive Chromium
-# at the status page (Debian's nodejs + npm where absent). Prometheus checks the dashboard.
-command -v npm > /dev/null || packages+=(nodejs npm)
+          libssl-dev openssl ca-certificates libhowardhinnant-date-dev tzdata "$@")
+if [ "$flavor" != gateway ]; then
+    # To test it: GoogleTest, Google Benchmark, a real redis-server, libfaketime for the expired
+    # certificate, Chromium for the status page, Prometheus for the dashboard.
+    packages+=(libgtest-dev googletest libbenchmark-dev redis-server faketime chromium prometheus)
+    # npm fetches the reference tokenizers for the BPE tests, and playwright-core to drive
+    # Chromium at the status page (Debian's nodejs + npm where absent).
+    command -v npm > /dev/null || packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -33,8 +39,10 @@ if ((${#missing[@]})); then
     fi
 fi
 
+targets=()
 case "$flavor" in
     none) exit 0 ;;  # install only
+    gateway) opts=(-DCMAKE_BUILD_TYPE=Release -DTOKENGATE_TESTS=OFF -DTOKENGATE_BENCH=OFF); targets=(--target tokengate) ;;
     release) opts=(-DCMAKE_BUILD_TYPE=RelWithDebInfo) ;;
     # What users build: -O3, no debug info (the scripts' other flavors keep -g).
     optimized) opts=(-DCMAKE_BUILD_TYPE=Release) ;;
@@ -48,4 +56,4 @@ export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 # clone (CI's) reuses what this one compiled.
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 cmake -S . -B "build/$flavor" -DTOKENGATE_WERROR=ON "${opts[@]}" > /dev/null
-cmake --build "build/$flavor" -j "$(nproc)"
+cmake --build "build/$flavor" -j "$(nproc)" "${targets[@]}"
