@@ -20,6 +20,7 @@
 #include <charconv>
 #include <deque>
 
+#include "tokengate/core/clock.hpp"
 #include "tokengate/cost/cost.hpp"
 #include "tokengate/proxy/timed_stream.hpp"
 #include "tokengate/server/responses.hpp"
@@ -222,8 +223,8 @@ Completion plan_completion(const http::request<http::string_body>& req, std::str
                        : s.endpoint == cost::Endpoint::responses ? "resp_"
                                                                  : "cmpl-") +
            std::to_string(serial);
-    c.created =
-        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    static const core::SteadyClock wall_clock;
+    c.created = wall_clock.unix_now() / core::k_nanos_per_second;
     return c;
 }
 

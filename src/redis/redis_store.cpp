@@ -211,14 +211,14 @@ net::awaitable<Result> RedisStore::call(Client& c, std::vector<std::string> args
         std::optional<Result> result;
         net::steady_timer timer;
     };
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(options_.config.timeout);
     if (c.sha.empty()) as_eval(args);
     else args[1] = c.sha;
     for (int attempt = 0; attempt < 2; ++attempt) {
         auto* conn = pick(c);
         if (!conn) co_return Result{CallError::unavailable, {}};
         auto pending = std::make_shared<Pending>(c.ex);
-        pending->timer.expires_at(deadline);
+        // A round trip's timeout is real time, as any socket's (an attempt after NOSCRIPT gets its own).
+        pending->timer.expires_after(std::chrono::nanoseconds(options_.config.timeout));
         conn->send(args, [pending](Result r) {
             if (pending->result) return;  // too late: the caller has moved on
             pending->result = std::move(r);
@@ -270,9 +270,9 @@ net::awaitable<Decision> RedisStore::peek(std::span<const Charge> charges) {
 
 net::awaitable<bool> RedisStore::wait_ready(std::chrono::nanoseconds limit) {
     net::steady_timer timer(co_await net::this_coro::executor);
-    auto deadline = std::chrono::steady_clock::now() + limit;
-    while (!connected() && std::chrono::steady_clock::now() < deadline) {
-        timer.expires_after(std::chrono::milliseconds(10));
+    constexpr auto step = std::chrono::milliseconds(10);
+    for (std::chrono::nanoseconds waited{0}; !connected() && waited < limit; waited += step) {
+        timer.expires_after(step);
         co_await timer.async_wait(net::as_tuple(net::use_awaitable));
     }
     co_return connected();

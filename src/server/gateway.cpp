@@ -247,16 +247,17 @@ private:
 
     net::awaitable<void> wait_for_drain(core::Nanos timeout) {
         net::steady_timer timer(workers_.front()->ioc);
-        auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(timeout);
-        while (services_.open_connections.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+        const auto& clock = services_.clock;
+        auto deadline = clock.now() + timeout;
+        while (services_.open_connections.load() > 0 && clock.now() < deadline) {
             timer.expires_after(std::chrono::milliseconds(20));
             co_await timer.async_wait(k_use);
         }
         if (services_.open_connections.load() > 0)
             spdlog::warn("drain timeout: closing {} connections still open", services_.open_connections.load());
         // Settlements still on their way to a shared store get a moment to land.
-        auto settle_deadline = std::max(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(2));
-        while (services_.store->settlements_outstanding() > 0 && std::chrono::steady_clock::now() < settle_deadline) {
+        auto settle_deadline = std::max(deadline, clock.now() + 2 * core::k_nanos_per_second);
+        while (services_.store->settlements_outstanding() > 0 && clock.now() < settle_deadline) {
             timer.expires_after(std::chrono::milliseconds(20));
             co_await timer.async_wait(k_use);
         }

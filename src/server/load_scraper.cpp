@@ -76,7 +76,7 @@ net::awaitable<Outcome> read_page(std::shared_ptr<const Runtime> rt, std::size_t
 
 /// Per upstream name, so a reload keeps the schedule and the log's memory.
 struct Schedule {
-    std::chrono::steady_clock::time_point next{};
+    core::Nanos next = 0;  // on the injected clock
     bool in_flight = false;
     bool failing = false;  // logged once per run of failures, not every interval
 };
@@ -113,14 +113,14 @@ net::awaitable<void> watch_upstream_load(Services& services) {
     RateAdapter adapter;
     for (;;) {
         auto rt = services.runtime.get();
-        auto now = std::chrono::steady_clock::now();
+        auto now = services.clock.now();
         const auto& upstreams = rt->config->upstreams;
         for (std::size_t i = 0; i < upstreams.size(); ++i) {
             if (!upstreams[i].metrics) continue;
             auto& schedule = schedules[upstreams[i].name];
             if (schedule.in_flight || now < schedule.next) continue;
             schedule.in_flight = true;
-            schedule.next = now + std::chrono::nanoseconds(upstreams[i].metrics->interval);
+            schedule.next = now + upstreams[i].metrics->interval;
             net::co_spawn(ex, scrape(services, rt, i, schedule), net::detached);
         }
         adapter.tick(*rt, services, services.clock.now());

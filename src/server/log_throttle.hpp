@@ -2,12 +2,14 @@
 
 // Internal to the server module.
 
-#include <chrono>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+
+#include "tokengate/core/clock.hpp"
 
 namespace tokengate::server {
 
@@ -17,11 +19,13 @@ namespace tokengate::server {
 /// (it is asked only on failures); bounded: at `max_keys` keys its memory starts afresh.
 class LogThrottle {
 public:
-    using clock = std::chrono::steady_clock;
-    explicit LogThrottle(clock::duration interval, std::size_t max_keys = 4096)
+    static constexpr core::Nanos k_once = std::numeric_limits<core::Nanos>::max();  // once per key, ever
+
+    explicit LogThrottle(core::Nanos interval, std::size_t max_keys = 4096)
         : interval_(interval), max_keys_(max_keys) {}
 
-    bool allow(std::string_view key, clock::time_point now, std::uint64_t& suppressed) {
+    /// `now` from the injected clock (core::Clock::now()).
+    bool allow(std::string_view key, core::Nanos now, std::uint64_t& suppressed) {
         std::lock_guard lock(mutex_);
         auto it = entries_.find(std::string(key));
         if (it == entries_.end()) {
@@ -41,10 +45,10 @@ public:
 
 private:
     struct Entry {
-        clock::time_point logged;
+        core::Nanos logged = 0;
         std::uint64_t held_back = 0;
     };
-    clock::duration interval_;
+    core::Nanos interval_;
     std::size_t max_keys_;
     std::mutex mutex_;
     std::unordered_map<std::string, Entry> entries_;

@@ -86,12 +86,12 @@ struct Services {
     std::atomic<std::uint64_t> open_connections{0};
     metrics::Registry registry;
     GatewayMetrics metrics;
-    metrics::Activity activity;                              // the status page's last five minutes and hour
-    cost::OutputHistory output_history;                      // settled output per (tenant, model), across reloads
-    limiter::Exposure answers_in_flight;                     // SPEC §17: what they may still be charged
-    LogThrottle handshake_log{std::chrono::seconds(1)};      // failed client TLS handshakes, per reason
-    LogThrottle upstream_tls_log{std::chrono::seconds(10)};  // an https upstream's, per upstream
-    LogThrottle usage_clamp_log{LogThrottle::clock::duration::max()};  // impossible usage reports: once per upstream
+    metrics::Activity activity;                                   // the status page's last five minutes and hour
+    cost::OutputHistory output_history;                           // settled output per (tenant, model), across reloads
+    limiter::Exposure answers_in_flight;                          // SPEC §17: what they may still be charged
+    LogThrottle handshake_log{core::k_nanos_per_second};          // failed client TLS handshakes, per reason
+    LogThrottle upstream_tls_log{10 * core::k_nanos_per_second};  // an https upstream's, per upstream
+    LogThrottle usage_clamp_log{LogThrottle::k_once};             // impossible usage reports: once per upstream
     /// SPEC §17: large bodies are tokenized here, so the event loops keep serving meanwhile.
     std::unique_ptr<net::thread_pool> pricing;
     // Last, so it goes first: a store that reports to the metrics never outlives them.

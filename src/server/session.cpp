@@ -140,7 +140,7 @@ private:
     bool handshake_failed(std::string_view reason, const std::string& detail) {
         services_.metrics.tls_handshake_failures.add({reason});
         std::uint64_t held_back = 0;
-        if (services_.handshake_log.allow(reason, LogThrottle::clock::now(), held_back))
+        if (services_.handshake_log.allow(reason, services_.clock.now(), held_back))
             spdlog::warn("TLS handshake from {} failed ({}): {}; {} more failed so since the last report", peer_,
                          reason, detail, held_back);
         return false;

@@ -4,6 +4,7 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <functional>
 #include <memory>
 
 #include "tokengate/store/store.hpp"
@@ -15,8 +16,15 @@ namespace {
 constexpr auto k_use = net::as_tuple(net::use_awaitable);
 constexpr core::Nanos k_min_sleep = 1'000'000;
 
-net::steady_timer::time_point at(core::Nanos t) { return net::steady_timer::time_point(std::chrono::nanoseconds(t)); }
-
+/// Sleeps until the clock reaches `until` or `wake` runs, whichever is first: the timer never
+/// expires by itself, the clock's alarm (or a queue's wake) cancels it. So the wait follows
+/// the injected clock, a ManualClock's included.
+net::awaitable<void> sleep_until(const core::Clock& clock, net::steady_timer& timer, core::Nanos until,
+                                 const std::function<void()>& wake) {
+    timer.expires_at(net::steady_timer::time_point::max());
+    auto alarm = clock.alarm(until, wake);
+    co_await timer.async_wait(k_use);
+}
 }  // namespace
 
 net::awaitable<limiter::ShapeQueue::StartCheck> Store::queue_turn(const limiter::Decision& decision,
@@ -53,8 +61,8 @@ net::awaitable<TurnResult> wait_for_turn(Store& queues, const core::Clock& clock
         // place instead, the wait is only an estimate: the place is asked about below.)
         auto ticket = decision.statuses[i].ticket;
         if (auto wait = decision.statuses[i].wait; wait > 0 && ok && !ticket) {
-            timer->expires_at(at(decided_at + wait));
-            while (!watch.client_gone && clock.now() < decided_at + wait) co_await timer->async_wait(k_use);
+            while (!watch.client_gone && clock.now() < decided_at + wait)
+                co_await sleep_until(clock, *timer, decided_at + wait, wake);
             if (watch.client_gone) ok = false, result.outcome = TurnResult::Outcome::client_gone;
             else if (watch.waited) watch.waited(charges[i], wait);
         }
@@ -83,8 +91,7 @@ net::awaitable<TurnResult> wait_for_turn(Store& queues, const core::Clock& clock
                 break;
             }
             // Not first yet: sleep until the estimated start, or until the queue wakes us.
-            timer->expires_at(at(std::max(check.wait_until, clock.now() + k_min_sleep)));
-            co_await timer->async_wait(k_use);
+            co_await sleep_until(clock, *timer, std::max(check.wait_until, clock.now() + k_min_sleep), wake);
         }
     }
     watch.on_client_gone = nullptr;

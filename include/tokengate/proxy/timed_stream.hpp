@@ -38,7 +38,8 @@ namespace beast = boost::beast;
 class TimedSocket {
 public:
     using executor_type = net::any_io_executor;
-    using clock = std::chrono::steady_clock;
+    // Socket timeouts are real time, as the kernel's are: the timer's own clock, not core::Clock.
+    using clock = net::steady_timer::clock_type;
 
     explicit TimedSocket(executor_type ex) : TimedSocket(net::ip::tcp::socket(std::move(ex))) {}
     explicit TimedSocket(net::ip::tcp::socket socket);

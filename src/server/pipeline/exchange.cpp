@@ -68,7 +68,7 @@ void count_handshakes(Worker& worker, const std::string& upstream, const proxy::
     if (!tls.failed) return;
     family.add({upstream, "failed"}, tls.failed);
     std::uint64_t held_back = 0;
-    if (worker.services.upstream_tls_log.allow(upstream, LogThrottle::clock::now(), held_back))
+    if (worker.services.upstream_tls_log.allow(upstream, worker.services.clock.now(), held_back))
         spdlog::warn("upstream {}: TLS handshake failed: {} ({} more since the last report)", upstream, tls.failure,
                      held_back);
 }
@@ -78,7 +78,7 @@ void count_handshakes(Worker& worker, const std::string& upstream, const proxy::
 void usage_clamped(Worker& worker, const std::string& upstream, const cost::SettledCost& settled) {
     worker.services.metrics.usage_clamped.add({upstream});
     std::uint64_t held_back = 0;
-    if (worker.services.usage_clamp_log.allow(upstream, LogThrottle::clock::now(), held_back))
+    if (worker.services.usage_clamp_log.allow(upstream, worker.services.clock.now(), held_back))
         spdlog::warn(
             "upstream {} reported usage past what the request could have used; settled at the bound "
             "({} prompt, {} completion tokens)",
