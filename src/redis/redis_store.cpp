@@ -300,7 +300,7 @@ net::awaitable<Decision> RedisStore::run_decision(std::span<const Charge> charge
             if (!commit) {
                 for (auto& s : d->statuses) s.charged = false;
             } else if (d->allowed) {
-                d->settle_with = this;
+                d->keeper = limiter::Keeper::shared;
                 d->lease = std::move(lease);
             }
             flush_retries(*client);
@@ -325,8 +325,8 @@ net::awaitable<Decision> RedisStore::run_decision(std::span<const Charge> charge
 
 net::awaitable<limiter::ShapeQueue::StartCheck> RedisStore::queue_turn(const Decision& decision, const Charge& charge,
                                                                        std::uint64_t ticket) {
-    if (decision.settle_with != this || !charge.spec->ranked)
-        co_return co_await store::Store::queue_turn(decision, charge, ticket);
+    if (decision.keeper != limiter::Keeper::shared || !charge.spec->ranked)
+        co_return store::in_memory::queue_turn(local_, decision, charge, ticket);
     auto* client = client_here();
     // A queue that cannot be asked does not hold the request: it was admitted, it starts.
     limiter::ShapeQueue::StartCheck cannot_ask{false, true, clock_.now()};
@@ -348,8 +348,8 @@ net::awaitable<limiter::ShapeQueue::StartCheck> RedisStore::queue_turn(const Dec
 }
 
 net::awaitable<void> RedisStore::queue_leave(const Decision& decision, const Charge& charge, std::uint64_t ticket) {
-    if (decision.settle_with != this || !charge.spec->ranked) {
-        co_await store::Store::queue_leave(decision, charge, ticket);
+    if (decision.keeper != limiter::Keeper::shared || !charge.spec->ranked) {
+        store::in_memory::queue_leave(local_, decision, charge, ticket);
         co_return;
     }
     // Not waited for: a place nobody asks about is dropped by Redis within 5 s anyway.
@@ -389,8 +389,10 @@ net::awaitable<std::optional<limiter::QuotaState>> RedisStore::quota(const Charg
     co_return state;
 }
 
-void RedisStore::settle(std::span<const Charge> charged, const config::Amounts& actual, std::string_view lease) {
-    auto args = settle_call("", options_.config.prefix, charged, actual, lease, script_now_us()).args;
+void RedisStore::settle(const Decision& decision, std::span<const Charge> charged, const config::Amounts& actual) {
+    if (decision.keeper == limiter::Keeper::memory) return local_.settle(charged, actual, decision.lease);
+    if (decision.keeper != limiter::Keeper::shared) return;
+    auto args = settle_call("", options_.config.prefix, charged, actual, decision.lease, script_now_us()).args;
     if (args.empty()) return;
     if (auto* here = client_here()) {
         send_settlement(*here, std::move(args));

@@ -189,7 +189,7 @@ net::awaitable<Response> handle(Services& services, const http::request<http::st
     }
     if (get && path == "/metrics") {
         services.metrics.queue_depth.clear();
-        for (const auto& [key, depth] : services.store->local().queue_depths())
+        for (const auto& [key, depth] : services.store->queue_depths())
             services.metrics.queue_depth.set({key}, static_cast<double>(depth));
         Response res{http::status::ok, 11};
         res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");

@@ -139,7 +139,7 @@ json upstreams_json(Services& services, const Runtime& rt) {
 }
 
 json queues_json(Services& services) {
-    auto depths = services.store->local().queue_depths();
+    auto depths = services.store->queue_depths();
     std::sort(depths.begin(), depths.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
     json out = json::array();
     for (std::size_t i = 0; i < depths.size() && i < k_max_queues; ++i)

@@ -70,7 +70,7 @@ public:
         // Last: nothing that can still fail may follow connections bound to the loops.
         services_.store = make_store(*config, clock, services_.registry, workers_);
         if (config->store.backend == config::StoreBackend::memory && !config->store.state_file.path.empty())
-            state_.emplace(config->store.state_file.path, config->store.snapshot_interval, services_.store->local(),
+            state_.emplace(config->store.state_file.path, config->store.snapshot_interval, *services_.store,
                            clock, services_.registry, ignore_state);
     }
 
@@ -241,7 +241,7 @@ private:
             timer.expires_after(std::chrono::seconds(10));
             auto [ec] = co_await timer.async_wait(k_use);
             if (ec) co_return;
-            services_.store->local().evict_idle();
+            services_.store->evict_idle();
         }
     }
 

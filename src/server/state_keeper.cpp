@@ -8,7 +8,7 @@
 
 namespace tokengate::server {
 
-StateKeeper::StateKeeper(std::string path, core::Nanos interval, store::MemoryStore& store, const core::Clock& clock,
+StateKeeper::StateKeeper(std::string path, core::Nanos interval, store::Store& store, const core::Clock& clock,
                          metrics::Registry& registry, bool ignore_state)
     : path_(std::move(path)),
       interval_(interval),

@@ -10,7 +10,7 @@
 
 #include "tokengate/core/clock.hpp"
 #include "tokengate/metrics/registry.hpp"
-#include "tokengate/store/memory_store.hpp"
+#include "tokengate/store/store.hpp"
 
 namespace tokengate::server {
 
@@ -21,7 +21,7 @@ class StateKeeper {
 public:
     /// Throws std::runtime_error naming the file when it cannot be used, unless `ignore_state`
     /// (then it is logged, set aside, and overwritten by the next snapshot).
-    StateKeeper(std::string path, core::Nanos interval, store::MemoryStore& store, const core::Clock& clock,
+    StateKeeper(std::string path, core::Nanos interval, store::Store& store, const core::Clock& clock,
                 metrics::Registry& registry, bool ignore_state);
     ~StateKeeper() { stop(); }
     StateKeeper(const StateKeeper&) = delete;
@@ -35,7 +35,7 @@ public:
 private:
     std::string path_;
     std::chrono::nanoseconds interval_;
-    store::MemoryStore& store_;
+    store::Store& store_;
     const core::Clock& clock_;
     metrics::Family& snapshots_;
     std::mutex mutex_;

@@ -138,7 +138,7 @@ Decision MemoryStore::decide(std::span<const Charge> charges) {
         else buckets[i]->rate.consume(charges[i].amount, now);
     }
     for (auto it = order.rbegin(); it != order.rend(); ++it) shards_[*it].mutex.unlock();
-    if (decision.allowed) decision.settle_with = this;
+    if (decision.allowed) decision.keeper = limiter::Keeper::memory;
     return decision;
 }
 

@@ -27,22 +27,10 @@ net::awaitable<void> sleep_until(const core::Clock& clock, net::steady_timer& ti
 }
 }  // namespace
 
-net::awaitable<limiter::ShapeQueue::StartCheck> Store::queue_turn(const limiter::Decision& decision,
-                                                                  const limiter::Charge& charge, std::uint64_t ticket) {
-    if (!decision.settle_with) co_return limiter::ShapeQueue::StartCheck{false, true, 0};
-    co_return decision.settle_with->queue_try_start(charge, ticket);
-}
-
-net::awaitable<void> Store::queue_leave(const limiter::Decision& decision, const limiter::Charge& charge,
-                                        std::uint64_t ticket) {
-    if (decision.settle_with) decision.settle_with->queue_cancel(charge, ticket);
-    co_return;
-}
-
 net::awaitable<TurnResult> wait_for_turn(Store& queues, const core::Clock& clock,
                                          std::span<const limiter::Charge> charges, const limiter::Decision& decision,
                                          TurnWatch watch) {
-    auto* store = decision.settle_with;
+    bool kept = decision.keeper != limiter::Keeper::none;
     auto decided_at = clock.now();
     auto ex = co_await net::this_coro::executor;
     // Shared with the wakers, which may run (from another thread) after this wait is over.
@@ -66,12 +54,12 @@ net::awaitable<TurnResult> wait_for_turn(Store& queues, const core::Clock& clock
             if (watch.client_gone) ok = false, result.outcome = TurnResult::Outcome::client_gone;
             else if (watch.waited) watch.waited(charges[i], wait);
         }
-        if (!ticket || !store) continue;
+        if (!ticket || !kept) continue;
         if (!ok) {
             co_await queues.queue_leave(decision, charges[i], ticket);
             continue;
         }
-        store->queue_set_waker(charges[i], ticket, wake);
+        queues.queue_set_waker(decision, charges[i], ticket, wake);
         auto queued_at = clock.now();
         for (;;) {
             if (watch.client_gone) {

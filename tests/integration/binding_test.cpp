@@ -255,10 +255,12 @@ TEST(Binding, EveryOutputChannelCountsAgainstTheBudget) {
                                                "response.function_call_arguments.delta",
                                                "thinking_delta",
                                                "input_json_delta"};
+    // Made before any request: under a sanitizer, building 20,000 events took longer than the
+    // upstream's first-byte timeout.
+    std::vector<std::string> replies;
+    for (const auto& channel : channels) replies.push_back(sse_reply(reasoning_stream(channel, 20000)));
     RecordingUpstream rec;
-    rec.answer = [&](const std::string&) {
-        return ScriptedUpstream::Reply{sse_reply(reasoning_stream(channels[which], 20000))};
-    };
+    rec.answer = [&](const std::string&) { return ScriptedUpstream::Reply{replies[which]}; };
     // A tenant a channel, each with a full bucket that refills too slowly to matter (1/s).
     std::string tenants = "tenants:\n";
     for (std::size_t i = 0; i < channels.size(); ++i)

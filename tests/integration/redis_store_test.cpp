@@ -124,8 +124,7 @@ TEST(RedisStore, LuaArithmeticMatchesTheMemoryStore) {
     struct Held {
         std::vector<Charge> charged;
         double cost;
-        std::string lease;
-        limiter::BucketStore* memory_store;
+        limiter::Decision on_redis;
     };
     std::vector<Held> held;
     std::mt19937 rng(42);
@@ -161,7 +160,7 @@ TEST(RedisStore, LuaArithmeticMatchesTheMemoryStore) {
         after_midnight += r.allowed && fake.unix_now() >= 1'700'006'400 * core::k_nanos_per_second;
         if (r.allowed) {
             ++admitted;
-            held.push_back({limiter::charged(charges, r), cost, r.lease, m.settle_with});
+            held.push_back({limiter::charged(charges, r), cost, r});
         } else {
             ++refused;
         }
@@ -170,8 +169,8 @@ TEST(RedisStore, LuaArithmeticMatchesTheMemoryStore) {
             auto h = held.front();
             held.erase(held.begin());
             double actual = std::uniform_int_distribution<int>(0, static_cast<int>(h.cost * 1.5))(rng);
-            h.memory_store->settle(h.charged, config::Amounts{actual}, "");
-            f.store.settle(h.charged, config::Amounts{actual}, h.lease);
+            memory.settle(h.charged, config::Amounts{actual}, "");
+            f.store.settle(h.on_redis, h.charged, config::Amounts{actual});
         }
         fake.advance(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 400'000)(rng)));
     }
@@ -248,7 +247,7 @@ TEST(RedisStore, ExtremeValuesAgreeWithTheMemoryStore) {
         if (m.allowed && rng() % 2) {  // settle at a hostile actual cost: 2^64 or a full refund
             double actual = rng() % 4 == 0 ? 18446744073709551616.0 : 0;
             memory.settle(limiter::charged(charges, m), config::Amounts{actual}, "");
-            f.store.settle(limiter::charged(charges, r), config::Amounts{actual}, r.lease);
+            f.store.settle(r, limiter::charged(charges, r), config::Amounts{actual});
         }
         fake.advance(std::chrono::microseconds(std::uniform_int_distribution<long>(0, 4'000'000)(rng)));
     }
@@ -375,7 +374,7 @@ TEST(RedisStore, ASettlementThatCannotReachRedisIsRetriedWhenItIsBack) {
     redis.pause();
     for (int i = 0; i < 3; ++i) EXPECT_TRUE(f.run(true, charges).unavailable);
     EXPECT_TRUE(f.store.breaker_open());
-    f.store.settle(limiter::charged(charges, held), {}, held.lease);
+    f.store.settle(held, limiter::charged(charges, held), {});
     // Kept, not lost: the release, and one per timed-out decision (it may have taken a slot
     // after all; releasing a lease that was never taken changes nothing).
     EXPECT_EQ(f.store.settlements_outstanding(), 4u);

@@ -35,7 +35,12 @@ struct LimitStatus {
     double quota_added = 0;            // quota: top-ups granted for that window
 };
 
-class BucketStore;
+/// Which store keeps what a decision took: its settlement and queue turns go there.
+enum class Keeper : std::uint8_t {
+    none,    // nothing was taken
+    memory,  // this process's buckets: the memory store, or a shared store's stand-in while it is down
+    shared,  // the shared store
+};
 
 /// The outcome of checking every applicable limit at once.
 struct Decision {
@@ -43,7 +48,7 @@ struct Decision {
     int rejected = -1;                   // index of the enforced limit that refused (the longest wait)
     core::Nanos retry_after = 0;         // refused: until the request could pass; -1 if it never can
     std::vector<LimitStatus> statuses;   // parallel to the charges
-    BucketStore* settle_with = nullptr;  // the store that took the charges (null: none taken)
+    Keeper keeper = Keeper::none;        // where the charges were taken
     std::string lease;                   // identifies the request's concurrency slots in that store
     bool unavailable = false;            // the shared store failed and on_error is fail_closed
 
@@ -54,26 +59,6 @@ struct Decision {
             if (s.wait > 0 || s.ticket) return true;
         return false;
     }
-};
-
-/// What an admitted request needs from the store that admitted it: settlement and, for
-/// shaping queues, its place in line. Deciding is the store's own (synchronous in memory,
-/// a round trip on Redis); the arithmetic is the same.
-class BucketStore {
-public:
-    virtual ~BucketStore() = default;
-    /// Settles once: releases the concurrency slots and moves every charge counting cost, tokens
-    /// or usd from what was reserved to what was `actual`ly used.
-    virtual void settle(std::span<const Charge> charged, const config::Amounts& actual, std::string_view lease) = 0;
-
-    /// Shaping: a queued request asks to start (see ShapeQueue::try_start). Stores without
-    /// local queues know no tickets.
-    virtual ShapeQueue::StartCheck queue_try_start(const Charge&, std::uint64_t) { return {false, true, 0}; }
-    /// Shaping: a queued request leaves before it started, giving its place back.
-    virtual void queue_cancel(const Charge&, std::uint64_t) {}
-    /// Shaping: `wake` is called (from any thread; it must only schedule) when the ticket
-    /// should call queue_try_start again.
-    virtual void queue_set_waker(const Charge&, std::uint64_t, std::function<void()>) {}
 };
 
 /// Fills allowed / rejected / retry_after from verdicts already in `decision.statuses`.

@@ -57,7 +57,7 @@ StoreOptions options_from_env(const config::RedisConfig& config);
 /// refuses (503), local decides in-process at each limit ÷ the live replicas. A circuit
 /// breaker keeps a failing Redis from costing every request its timeout; settlements that
 /// cannot reach Redis wait in a bounded queue and are sent when it is back.
-class RedisStore final : public limiter::BucketStore, public store::Store {
+class RedisStore final : public store::Store {
 public:
     RedisStore(StoreOptions options, const core::Clock& clock, StoreEvents events = {});
     ~RedisStore() override;
@@ -79,8 +79,9 @@ public:
     boost::asio::awaitable<limiter::Decision> decide(std::span<const limiter::Charge> charges) override;
     /// What decide() would say, changing nothing.
     boost::asio::awaitable<limiter::Decision> peek(std::span<const limiter::Charge> charges) override;
-    void settle(std::span<const limiter::Charge> charged, const config::Amounts& actual,
-                std::string_view lease) override;
+    /// In Redis (a shared decision) or in the stand-in (one taken while Redis was down).
+    void settle(const limiter::Decision& decision, std::span<const limiter::Charge> charged,
+                const config::Amounts& actual) override;
     boost::asio::awaitable<std::optional<limiter::QuotaState>> quota(const limiter::Charge& charge, double add,
                                                                      bool reset) override;
     /// Until some connection is ready, or `limit` has passed.
@@ -91,12 +92,23 @@ public:
     }
 
     /// Shaping on a ranked queue (kept in Redis as places, SPEC §13): asks Redis, at most every
-    /// k_turn_poll; other queues as the base class does.
+    /// k_turn_poll; the stand-in's queues at once; others hold nothing (start).
     boost::asio::awaitable<limiter::ShapeQueue::StartCheck> queue_turn(const limiter::Decision& decision,
                                                                        const limiter::Charge& charge,
                                                                        std::uint64_t ticket) override;
     boost::asio::awaitable<void> queue_leave(const limiter::Decision& decision, const limiter::Charge& charge,
                                              std::uint64_t ticket) override;
+    void queue_set_waker(const limiter::Decision& decision, const limiter::Charge& charge, std::uint64_t ticket,
+                         std::function<void()> wake) override {
+        store::in_memory::queue_set_waker(local_, decision, charge, ticket, std::move(wake));
+    }
+    /// The stand-in's buckets and queues: the only ones this process keeps.
+    std::vector<std::pair<std::string, std::size_t>> queue_depths() const override { return local_.queue_depths(); }
+    std::size_t evict_idle() override { return local_.evict_idle(); }
+    store::MemoryStore::Saved save() const override { return local_.save(); }
+    std::size_t restore(const store::MemoryStore::Saved& saved, core::Nanos downtime) override {
+        return local_.restore(saved, downtime);
+    }
     /// A waiter in a ranked queue asks again at least this often: to hear that it moved up or
     /// was displaced, and to keep its place (Redis drops a place not asked about for 5 s).
     static constexpr core::Nanos k_turn_poll = 500'000'000;
@@ -107,7 +119,6 @@ public:
     bool connected() const { return ready_connections_.load() > 0; }
     unsigned live_replicas() const { return live_replicas_.load(std::memory_order_relaxed); }
     bool breaker_open() const { return breaker_.open(); }
-    store::MemoryStore& local() override { return local_; }
 
 private:
     struct Client;

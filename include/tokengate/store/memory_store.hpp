@@ -2,6 +2,7 @@
 
 #include <array>
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -18,7 +19,7 @@ namespace tokengate::store {
 /// In-process buckets, sharded so that requests for different keys rarely share a lock.
 /// A decision locks the shards of its buckets in index order, so it is atomic and
 /// deadlock-free across all of them.
-class MemoryStore final : public limiter::BucketStore {
+class MemoryStore final {
 public:
     /// At most `max_buckets` buckets are kept: keys an attacker can mint (client IPs) cannot
     /// grow memory without bound. A full table first drops buckets that are full again, then
@@ -30,8 +31,9 @@ public:
     limiter::Decision decide(std::span<const limiter::Charge> charges);
     /// What decide() would say, changing nothing and creating no bucket (admin, explain).
     limiter::Decision peek(std::span<const limiter::Charge> charges);
-    void settle(std::span<const limiter::Charge> charged, const config::Amounts& actual,
-                std::string_view lease) override;
+    /// Settles once: releases the concurrency slots and moves every charge counting cost,
+    /// tokens or usd from what was reserved to what was `actual`ly used.
+    void settle(std::span<const limiter::Charge> charged, const config::Amounts& actual, std::string_view lease);
     /// Requests waiting in each shaping queue, by bucket key (for the queue-depth gauge).
     std::vector<std::pair<std::string, std::size_t>> queue_depths() const;
     /// Settlement of a rate bucket or quota: charge `delta` more (negative refunds).
@@ -41,9 +43,11 @@ public:
     limiter::QuotaState quota_admin(const limiter::Charge& charge, double add, bool reset);
     /// A concurrency slot ends.
     void release(const limiter::Charge& charge);
-    limiter::ShapeQueue::StartCheck queue_try_start(const limiter::Charge& charge, std::uint64_t ticket) override;
-    void queue_cancel(const limiter::Charge& charge, std::uint64_t ticket) override;
-    void queue_set_waker(const limiter::Charge& charge, std::uint64_t ticket, std::function<void()> wake) override;
+    /// Shaping: a queued request asks to start (see ShapeQueue::try_start), gives its place
+    /// back, or leaves a function (it must only schedule) to call when it should ask again.
+    limiter::ShapeQueue::StartCheck queue_try_start(const limiter::Charge& charge, std::uint64_t ticket);
+    void queue_cancel(const limiter::Charge& charge, std::uint64_t ticket);
+    void queue_set_waker(const limiter::Charge& charge, std::uint64_t ticket, std::function<void()> wake);
 
     /// A rate bucket's level, as a state file keeps it (store.state_file, SPEC §14).
     struct SavedBucket {

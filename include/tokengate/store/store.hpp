@@ -17,8 +17,9 @@ namespace tokengate::store {
 namespace net = boost::asio;
 
 /// The gateway's one seam to whichever store keeps the buckets: the memory store answers at
-/// once, Redis after a round trip, so both answer through an awaitable. Settlement and queue
-/// turns go through the `BucketStore` a `Decision` names (`settle_with`).
+/// once, Redis after a round trip, so both answer through an awaitable. Everything goes through
+/// it — decisions, settlement, queue turns, the snapshot the state file and the admin read —
+/// and a decision says which of a store's keepers took its charges (`Decision::keeper`).
 class Store {
 public:
     virtual ~Store() = default;
@@ -26,6 +27,10 @@ public:
     virtual net::awaitable<limiter::Decision> decide(std::span<const limiter::Charge> charges) = 0;
     /// What decide() would say, changing nothing (admin, explain).
     virtual net::awaitable<limiter::Decision> peek(std::span<const limiter::Charge> charges) = 0;
+    /// Settles what `decision` took, once: releases its concurrency slots and moves every
+    /// charge counting cost, tokens or usd from what was reserved to what was `actual`ly used.
+    virtual void settle(const limiter::Decision& decision, std::span<const limiter::Charge> charged,
+                        const config::Amounts& actual) = 0;
     /// Admin (SPEC §14): tops up a quota's current window by `add` (0: not at all) and/or
     /// `reset`s it, and says where it stands then; nothing when the store cannot answer.
     virtual net::awaitable<std::optional<limiter::QuotaState>> quota(const limiter::Charge& charge, double add,
@@ -35,8 +40,13 @@ public:
     /// Whether requests are being refused for want of the store (a shared store that is
     /// down under `on_error: fail_closed`): /readyz sends traffic elsewhere.
     virtual bool refusing() const { return false; }
-    /// The buckets and shaping queues kept in this process (the queue-depth gauge, eviction).
-    virtual MemoryStore& local() = 0;
+    /// Requests waiting in each shaping queue kept in this process, by bucket key (the gauge).
+    virtual std::vector<std::pair<std::string, std::size_t>> queue_depths() const = 0;
+    /// Drops the buckets kept in this process that are full again and hold nothing.
+    virtual std::size_t evict_idle() = 0;
+    /// The levels kept in this process, for store.state_file (MemoryStore::save), and back.
+    virtual MemoryStore::Saved save() const = 0;
+    virtual std::size_t restore(const MemoryStore::Saved& saved, core::Nanos downtime) = 0;
     /// Settlements not yet acknowledged by the store (a drain waits for them).
     virtual std::size_t settlements_outstanding() const { return 0; }
     /// Closes the store's connections; the event loops have stopped.
@@ -44,13 +54,28 @@ public:
 
     /// Shaping: a request `decision` queued asks whether its `ticket` in `charge`'s queue may
     /// start (ShapeQueue::try_start), or gives the place back. Queues in this process answer at
-    /// once, through the decision's BucketStore; a shared store's ranked queues, after a round trip.
+    /// once; a shared store's ranked queues, after a round trip.
     virtual net::awaitable<limiter::ShapeQueue::StartCheck> queue_turn(const limiter::Decision& decision,
                                                                        const limiter::Charge& charge,
-                                                                       std::uint64_t ticket);
+                                                                       std::uint64_t ticket) = 0;
     virtual net::awaitable<void> queue_leave(const limiter::Decision& decision, const limiter::Charge& charge,
-                                             std::uint64_t ticket);
+                                             std::uint64_t ticket) = 0;
+    /// `wake` is called (from any thread; it must only schedule) when the ticket should ask
+    /// again; a queue that cannot call (a shared store's) is asked at its estimate instead.
+    virtual void queue_set_waker(const limiter::Decision& decision, const limiter::Charge& charge,
+                                 std::uint64_t ticket, std::function<void()> wake) = 0;
 };
+
+/// Queue turns for a decision whose charges this process's MemoryStore keeps (Keeper::memory);
+/// any other answers as a queue that holds nothing: start.
+namespace in_memory {
+limiter::ShapeQueue::StartCheck queue_turn(MemoryStore& memory, const limiter::Decision& decision,
+                                           const limiter::Charge& charge, std::uint64_t ticket);
+void queue_leave(MemoryStore& memory, const limiter::Decision& decision, const limiter::Charge& charge,
+                 std::uint64_t ticket);
+void queue_set_waker(MemoryStore& memory, const limiter::Decision& decision, const limiter::Charge& charge,
+                     std::uint64_t ticket, std::function<void()> wake);
+}  // namespace in_memory
 
 /// `store.backend: memory`.
 class LocalStore final : public Store {
@@ -61,7 +86,21 @@ public:
     net::awaitable<std::optional<limiter::QuotaState>> quota(const limiter::Charge& charge, double add,
                                                              bool reset) override;
     net::awaitable<bool> wait_ready(std::chrono::nanoseconds) override;
-    MemoryStore& local() override { return memory_; }
+    void settle(const limiter::Decision& decision, std::span<const limiter::Charge> charged,
+                const config::Amounts& actual) override;
+    std::vector<std::pair<std::string, std::size_t>> queue_depths() const override { return memory_.queue_depths(); }
+    std::size_t evict_idle() override { return memory_.evict_idle(); }
+    MemoryStore::Saved save() const override { return memory_.save(); }
+    std::size_t restore(const MemoryStore::Saved& saved, core::Nanos downtime) override {
+        return memory_.restore(saved, downtime);
+    }
+    net::awaitable<limiter::ShapeQueue::StartCheck> queue_turn(const limiter::Decision& decision,
+                                                               const limiter::Charge& charge,
+                                                               std::uint64_t ticket) override;
+    net::awaitable<void> queue_leave(const limiter::Decision& decision, const limiter::Charge& charge,
+                                     std::uint64_t ticket) override;
+    void queue_set_waker(const limiter::Decision& decision, const limiter::Charge& charge, std::uint64_t ticket,
+                         std::function<void()> wake) override;
 
 private:
     MemoryStore memory_;

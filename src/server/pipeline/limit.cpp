@@ -68,16 +68,18 @@ void observe_quotas(const limiter::Decision& decision, std::string_view tenant, 
     }
 }
 
-Permit::Permit(limiter::Decision decision, std::span<const limiter::Charge> charges, const config::Amounts& reserved,
-               GatewayMetrics& metrics, std::string_view tenant)
-    : decision_(std::move(decision)),
+Permit::Permit(store::Store& store, limiter::Decision decision, std::span<const limiter::Charge> charges,
+               const config::Amounts& reserved, GatewayMetrics& metrics, std::string_view tenant)
+    : store_(&store),
+      decision_(std::move(decision)),
       charged_(limiter::charged(charges, decision_)),
       reserved_(reserved),
       metrics_(&metrics),
       tenant_(tenant) {}
 
 Permit::Permit(Permit&& other) noexcept
-    : decision_(std::move(other.decision_)),
+    : store_(other.store_),
+      decision_(std::move(other.decision_)),
       charged_(std::move(other.charged_)),
       reserved_(other.reserved_),
       metrics_(other.metrics_),
@@ -97,7 +99,7 @@ void Permit::withdraw() { move_charges_to({}); }
 bool Permit::move_charges_to(const config::Amounts& actual) {
     if (done_) return false;
     done_ = true;
-    if (decision_.settle_with) decision_.settle_with->settle(charged_, actual, decision_.lease);
+    store_->settle(decision_, charged_, actual);
     // Only once the bucket carries what the answer used: released before, another answer
     // could count on the same room twice.
     exposure_.release();
@@ -168,7 +170,7 @@ net::awaitable<std::variant<Permit, Rejection>> limit(store::Store& store, Admit
         co_return no;
     }
     auto answer = bound_answer(cost, admitted, decision, answers_in_flight);
-    Permit permit(std::move(decision), admitted.charges, admitted.reserved, metrics, tenant);
+    Permit permit(store, std::move(decision), admitted.charges, admitted.reserved, metrics, tenant);
     if (answer.refused) {
         permit.withdraw();
         answer.refused->headers.insert(answer.refused->headers.begin(), headers.begin(), headers.end());

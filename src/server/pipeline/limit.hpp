@@ -29,8 +29,8 @@ namespace net = boost::asio;
 /// what was actually used, once; a Permit destroyed unsettled keeps the reservation.
 class Permit {
 public:
-    Permit(limiter::Decision decision, std::span<const limiter::Charge> charges, const config::Amounts& reserved,
-           GatewayMetrics& metrics, std::string_view tenant);
+    Permit(store::Store& store, limiter::Decision decision, std::span<const limiter::Charge> charges,
+           const config::Amounts& reserved, GatewayMetrics& metrics, std::string_view tenant);
     Permit(Permit&& other) noexcept;
     Permit& operator=(Permit&&) = delete;
     Permit(const Permit&) = delete;
@@ -58,6 +58,7 @@ private:
     /// Settles the charges once; false if they were already.
     bool move_charges_to(const config::Amounts& actual);
 
+    store::Store* store_;  // the one that decided: it settles
     limiter::Decision decision_;
     std::vector<limiter::Charge> charged_;
     config::Amounts reserved_;

@@ -367,10 +367,10 @@ TEST(AnswerBound, AStreamHoldsNothingForItPaysAsItGoes) {
     EXPECT_EQ(s.services.answers_in_flight.of(bucket), 0.0) << "a stream pays as it goes";
 }
 
-/// A shared store that is down under fail_closed, through the same seam.
+/// A shared store that is down under fail_closed, through the same seam: it takes nothing, so
+/// there is nothing to settle, queue or save.
 class DownStore final : public store::Store {
 public:
-    explicit DownStore(const core::Clock& clock) : local_(clock) {}
     net::awaitable<limiter::Decision> decide(std::span<const limiter::Charge>) override {
         limiter::Decision d;
         d.allowed = false;
@@ -378,20 +378,30 @@ public:
         co_return d;
     }
     net::awaitable<limiter::Decision> peek(std::span<const limiter::Charge> c) override { return decide(c); }
+    void settle(const limiter::Decision&, std::span<const limiter::Charge>, const config::Amounts&) override {}
     net::awaitable<std::optional<limiter::QuotaState>> quota(const limiter::Charge&, double, bool) override {
         co_return std::nullopt;
     }
     net::awaitable<bool> wait_ready(std::chrono::nanoseconds) override { co_return false; }
     bool refusing() const override { return true; }
-    store::MemoryStore& local() override { return local_; }
-
-private:
-    store::MemoryStore local_;
+    std::vector<std::pair<std::string, std::size_t>> queue_depths() const override { return {}; }
+    std::size_t evict_idle() override { return 0; }
+    store::MemoryStore::Saved save() const override { return {}; }
+    std::size_t restore(const store::MemoryStore::Saved&, core::Nanos) override { return 0; }
+    net::awaitable<limiter::ShapeQueue::StartCheck> queue_turn(const limiter::Decision&, const limiter::Charge&,
+                                                               std::uint64_t) override {
+        co_return limiter::ShapeQueue::StartCheck{false, true, 0};
+    }
+    net::awaitable<void> queue_leave(const limiter::Decision&, const limiter::Charge&, std::uint64_t) override {
+        co_return;
+    }
+    void queue_set_waker(const limiter::Decision&, const limiter::Charge&, std::uint64_t,
+                         std::function<void()>) override {}
 };
 
 TEST(LimitStage, AStoreThatIsDownIsA503WithRetryAfter) {
     Stages s;
-    DownStore down(s.clock);
+    DownStore down;
     auto admitted = s.admitted();
     auto refused = s.run(pipeline::limit(down, admitted, s.runtime().config->cost, "acme", s.services.metrics, s.clock,
                                          s.services.answers_in_flight));
@@ -452,7 +462,7 @@ TEST(LimitStage, AClientThatLeavesTheQueueGetsEverythingBack) {
     ASSERT_TRUE(on_gone) << "the wait left a way to wake it";
     auto depth = [&] {
         std::size_t n = 0;
-        for (const auto& [key, waiting] : s.store.local().queue_depths()) n += waiting;
+        for (const auto& [key, waiting] : s.store.queue_depths()) n += waiting;
         return n;
     };
     EXPECT_EQ(depth(), 1u);
