@@ -70,8 +70,8 @@ public:
         // Last: nothing that can still fail may follow connections bound to the loops.
         services_.store = make_store(*config, clock, services_.registry, workers_);
         if (config->store.backend == config::StoreBackend::memory && !config->store.state_file.path.empty())
-            state_.emplace(config->store.state_file.path, config->store.snapshot_interval, *services_.store,
-                           clock, services_.registry, ignore_state);
+            state_.emplace(config->store.state_file.path, config->store.snapshot_interval, *services_.store, clock,
+                           services_.registry, ignore_state);
     }
 
     void run() override {

@@ -34,8 +34,8 @@ net::awaitable<void> LocalStore::queue_leave(const limiter::Decision& decision, 
     co_return;
 }
 
-void LocalStore::queue_set_waker(const limiter::Decision& decision, const limiter::Charge& charge,
-                                 std::uint64_t ticket, std::function<void()> wake) {
+void LocalStore::queue_set_waker(const limiter::Decision& decision, const limiter::Charge& charge, std::uint64_t ticket,
+                                 std::function<void()> wake) {
     in_memory::queue_set_waker(memory_, decision, charge, ticket, std::move(wake));
 }
 

@@ -45,12 +45,12 @@ enum class Keeper : std::uint8_t {
 /// The outcome of checking every applicable limit at once.
 struct Decision {
     bool allowed = true;
-    int rejected = -1;                   // index of the enforced limit that refused (the longest wait)
-    core::Nanos retry_after = 0;         // refused: until the request could pass; -1 if it never can
-    std::vector<LimitStatus> statuses;   // parallel to the charges
-    Keeper keeper = Keeper::none;        // where the charges were taken
-    std::string lease;                   // identifies the request's concurrency slots in that store
-    bool unavailable = false;            // the shared store failed and on_error is fail_closed
+    int rejected = -1;                  // index of the enforced limit that refused (the longest wait)
+    core::Nanos retry_after = 0;        // refused: until the request could pass; -1 if it never can
+    std::vector<LimitStatus> statuses;  // parallel to the charges
+    Keeper keeper = Keeper::none;       // where the charges were taken
+    std::string lease;                  // identifies the request's concurrency slots in that store
+    bool unavailable = false;           // the shared store failed and on_error is fail_closed
 
     bool never() const { return !allowed && retry_after < 0; }
     /// Admitted into a shaping queue: the request starts later, or when its ticket comes up.

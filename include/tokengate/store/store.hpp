@@ -62,8 +62,8 @@ public:
                                              std::uint64_t ticket) = 0;
     /// `wake` is called (from any thread; it must only schedule) when the ticket should ask
     /// again; a queue that cannot call (a shared store's) is asked at its estimate instead.
-    virtual void queue_set_waker(const limiter::Decision& decision, const limiter::Charge& charge,
-                                 std::uint64_t ticket, std::function<void()> wake) = 0;
+    virtual void queue_set_waker(const limiter::Decision& decision, const limiter::Charge& charge, std::uint64_t ticket,
+                                 std::function<void()> wake) = 0;
 };
 
 /// Queue turns for a decision whose charges this process's MemoryStore keeps (Keeper::memory);
