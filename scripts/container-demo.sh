@@ -14,10 +14,14 @@ scripts/setup.sh none podman debootstrap runc
 podman=(podman --runtime runc --cgroup-manager cgroupfs)
 work=$(mktemp -d)
 cleanup() {
-    "${podman[@]}" rm -f tg-demo-gateway tg-demo-mock > /dev/null 2>&1 || true
+    cleanup_containers
     rm -rf "$work"
 }
 trap cleanup EXIT
+cleanup_containers() {  # one at a time: a name that is not there would stop the rest
+    for name in tg-demo-gateway tg-demo-mock; do "${podman[@]}" rm -f "$name" > /dev/null 2>&1 || true; done
+}
+cleanup_containers  # left by an interrupted run
 
 # The Dockerfile's two bases, from one minimal bookworm tree.
 if ! "${podman[@]}" image exists localhost/debian:bookworm; then
@@ -45,10 +49,15 @@ sed -e "s/127.0.0.1:8080/127.0.0.1:$gateway_port/; s/127.0.0.1:9090/127.0.0.1:$a
     gateway.example.yaml > "$work/gateway.yaml"
 chmod 644 "$work/gateway.yaml"
 
+# Limits the containers may only lower: podman's defaults ask for more than a process may raise
+# itself to here ("error setting rlimit ...: operation not permitted").
+files=$(ulimit -n)
+limits=(--ulimit "nofile=$files:$files" --ulimit nproc=4096:4096)
+
 echo "=== two containers: the mock on :$mock_port, the gateway on :$gateway_port"
-"${podman[@]}" run -d --network host --name tg-demo-mock localhost/tokengate:demo \
+"${podman[@]}" run -d --network host "${limits[@]}" --name tg-demo-mock localhost/tokengate:demo \
     mock-upstream --host 127.0.0.1 --port "$mock_port" > /dev/null
-"${podman[@]}" run -d --network host --name tg-demo-gateway \
+"${podman[@]}" run -d --network host "${limits[@]}" --name tg-demo-gateway \
     -v "$work/gateway.yaml:/etc/tokengate/gateway.yaml:ro" localhost/tokengate:demo > /dev/null
 for _ in $(seq 100); do
     curl -s -o /dev/null "http://127.0.0.1:$gateway_port/" && break
