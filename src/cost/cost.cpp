@@ -151,8 +151,7 @@ std::string with_output_limit(std::string_view body, const RequestSummary& summa
         if (field == OutputField::max_new_tokens) member = "\"parameters\":{\"max_new_tokens\":" + number + "}";
         else if (field == OutputField::sampling_max_new_tokens)
             member = "\"sampling_params\":{\"max_new_tokens\":" + number + "}";
-        // Appended: GCC 12 at -O3 misreads "lit" + std::string&& as an overlapping copy (-Wrestrict).
-        else member.append("\"").append(to_string(field)).append("\":").append(number);
+        else member = "\"" + std::string(to_string(field)) + "\":" + number;
         std::string out;
         out.reserve(body.size() + member.size() + 1);
         out.append(body.substr(0, open + 1)).append(member);
