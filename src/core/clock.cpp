@@ -117,4 +117,9 @@ void ManualClock::set(Nanos to) {
     ring(due);
 }
 
+std::optional<Nanos> ManualClock::next_alarm() const {
+    std::lock_guard lock(mutex_);
+    return alarms_.next();
+}
+
 }  // namespace tokengate::core

@@ -105,4 +105,10 @@ JsonObjectWriter& JsonObjectWriter::null(std::string_view k) {
     return *this;
 }
 
+JsonObjectWriter& JsonObjectWriter::boolean(std::string_view k, bool value) {
+    key(k);
+    out_ += value ? "true" : "false";
+    return *this;
+}
+
 }  // namespace tokengate::core

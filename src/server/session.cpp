@@ -11,11 +11,9 @@
 #include "linger.hpp"
 #include "pipeline/admit.hpp"
 #include "pipeline/exchange.hpp"
-#include "pipeline/limit.hpp"
-#include "pipeline/live_budget.hpp"
 #include "pipeline/precheck.hpp"
 #include "pipeline/record.hpp"
-#include "pipeline/shed.hpp"
+#include "pipeline/sequence.hpp"
 #include "services.hpp"
 #include "tokengate/auth/key_table.hpp"
 #include "tokengate/proxy/origin.hpp"
@@ -222,7 +220,7 @@ private:
         co_return !ec && reply.keep_alive;
     }
 
-    /// SPEC §1's pipeline: admit → limit (and wait for a queue turn) → exchange → settle → record.
+    /// SPEC §1's pipeline: admit, then the stage sequence simulate runs too (sequence.hpp).
     net::awaitable<bool> handle(http::request<http::string_body>& req, std::shared_ptr<const Runtime> rt) {
         const auto& cfg = *rt->config;
         auto target = proxy::normalize_target(req.target());  // routes and upstreams see one spelling
@@ -238,52 +236,52 @@ private:
         if (who) rec.tenant = cfg.tenants[who->tenant].id, rec.key_id = who->key_id;
         if (auto* no = std::get_if<pipeline::Rejection>(&admission)) co_return co_await refuse(*no, rec, reply);
         auto& admitted = std::get<pipeline::Admitted>(admission);
-        rec.model = admitted.summary.model;
-        rec.route = cfg.routes[admitted.route].path;
-        rec.cost = admitted.reserved.cost;
+        pipeline::record_admission(*rt, admitted, rec);
 
-        if (auto overloaded = pipeline::shed(*rt, admitted, services_.clock.now()))
-            co_return co_await refuse(*overloaded, rec, reply);
-        auto limited = co_await pipeline::limit(*services_.store, admitted, cfg.cost, rec.tenant, services_.metrics,
-                                                services_.clock, services_.answers_in_flight);
-        if (auto* no = std::get_if<pipeline::Rejection>(&limited)) co_return co_await refuse(*no, rec, reply);
-        auto& permit = std::get<pipeline::Permit>(limited);
-        rec.cost_reserved = admitted.reserved.cost;
-
-        start_watching();
-        if (permit.decision().must_wait()) {
-            auto turn = co_await permit.wait_turn(*services_.store, services_.clock, admitted.charges, turn_watch());
-            if (!turn.started()) co_await stop_watching();
-            if (turn.displaced_from) co_return co_await refuse(pipeline::displaced(*turn.displaced_from), rec, reply);
-            if (!turn.started()) {
-                rec.status = 499;
-                pipeline::record(rec, worker_);
-                co_return false;
-            }
-        }
-        proxy::ClientOrigin origin{peer_, rec.client_ip, proxy::is_trusted_proxy(cfg.server.trusted_proxies, peer_),
-                                   rec.request_id, stream_.tls()};
-        proxy::ClientSide client{stream_, reply.keep_alive, reply.version, req.method() == http::verb::head};
-        pipeline::LiveBudget live(cfg.cost, admitted, permit.decision(), services_.answers_in_flight);
-        auto done = co_await pipeline::exchange(worker_, {*rt, admitted, req, target, origin, permit.headers(), client,
-                                                          watch_, live.active() ? &live : nullptr});
-        if (done.stopped) services_.metrics.streams_stopped.add({rec.tenant});
-        co_await stop_watching();
-
-        permit.held_more(live.charges(), live.charged());
-        permit.settle(cost::settled_amounts(done.settled, admitted.reserved, admitted.price));
-        pipeline::learn(cfg.cost, services_.output_history, rec.tenant, admitted.summary, done.status, done.settled);
-        rec.upstream = std::string(done.upstream);
-        rec.first_byte = done.first_byte;
-        rec.cost_settled = done.settled.cost;
-        rec.prompt_tokens = done.settled.prompt_tokens;
-        rec.completion_tokens = done.settled.completion_tokens;
-        if (done.rejection)
-            co_return co_await refuse(*done.rejection, rec, {reply.version, done.keep_alive, reply.idle_timeout});
-        rec.status = done.status;
+        SocketEnds ends(*this, *rt, req, target, rec, reply);
+        pipeline::StageServices stages{*services_.store, services_.clock, services_.metrics, services_.output_history,
+                                       services_.answers_in_flight};
+        auto outcome = co_await pipeline::proceed(stages, *rt, admitted, rec, ends);
+        if (outcome.refusal)
+            co_return co_await refuse(*outcome.refusal, rec,
+                                      {reply.version, reply.keep_alive && outcome.keep_alive, reply.idle_timeout});
         pipeline::record(rec, worker_);
-        co_return done.keep_alive;
+        co_return outcome.keep_alive;
     }
+
+    /// serve's ends of the sequence: the client socket, watched while the request is admitted,
+    /// and an upstream.
+    class SocketEnds final : public pipeline::Ends {
+    public:
+        SocketEnds(Session& session, const Runtime& rt, http::request<http::string_body>& req,
+                   const proxy::NormalizedTarget& target, const pipeline::RequestRecord& rec, const Reply& reply)
+            : session_(session), rt_(rt), req_(req), target_(target), rec_(rec), reply_(reply) {}
+        void admitted() override { session_.start_watching(); }
+        store::TurnWatch turn_watch() override { return session_.turn_watch(); }
+        net::awaitable<void> not_started() override { co_await session_.stop_watching(); }
+        net::awaitable<pipeline::Exchanged> exchange(const pipeline::Admitted& admitted, const pipeline::Permit& permit,
+                                                     pipeline::LiveBudget* live) override {
+            const auto& cfg = *rt_.config;
+            auto& stream = session_.stream_;
+            proxy::ClientOrigin origin{session_.peer_, rec_.client_ip,
+                                       proxy::is_trusted_proxy(cfg.server.trusted_proxies, session_.peer_),
+                                       rec_.request_id, stream.tls()};
+            proxy::ClientSide client{stream, reply_.keep_alive, reply_.version, req_.method() == http::verb::head};
+            auto done = co_await pipeline::exchange(
+                session_.worker_,
+                {rt_, admitted, req_, target_, origin, permit.headers(), client, session_.watch_, live});
+            co_await session_.stop_watching();
+            co_return done;
+        }
+
+    private:
+        Session& session_;
+        const Runtime& rt_;
+        http::request<http::string_body>& req_;
+        const proxy::NormalizedTarget& target_;
+        const pipeline::RequestRecord& rec_;
+        const Reply& reply_;
+    };
 
     /// Admission; a large body's limits that need no price first, then its tokenizing on the
     /// pricing pool, so this event loop keeps serving other requests (SPEC §17).

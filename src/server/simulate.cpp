@@ -9,17 +9,26 @@
 #include <istream>
 #include <limits>
 #include <map>
-#include <queue>
 #include <unordered_map>
 #include <variant>
 
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
 #include "pipeline/admit.hpp"
+#include "pipeline/sequence.hpp"
+#include "services.hpp"
 #include "tokengate/classify/classify.hpp"
 #include "tokengate/core/sha256.hpp"
 #include "tokengate/cost/output_history.hpp"
+#include "tokengate/proxy/balance.hpp"
 #include "tokengate/proxy/target.hpp"
 #include "tokengate/server/runtime.hpp"
-#include "tokengate/store/memory_store.hpp"
+#include "tokengate/store/store.hpp"
 
 namespace tokengate::server {
 
@@ -56,6 +65,12 @@ std::uint64_t whole(const json& j, const char* key, std::size_t line) {
     return j[key].get<std::uint64_t>();
 }
 
+bool flag(const json& j, const char* key, std::size_t line) {
+    if (!j.contains(key)) return false;
+    if (!j[key].is_boolean()) bad(line, std::string("'") + key + "' must be true or false");
+    return j[key].get<bool>();
+}
+
 /// An access-log line (record.cpp writes them). Its fields are read by name, others ignored:
 /// the log may gain fields. `t` is still the Unix time here; read_trace makes it relative.
 TraceEntry access_entry(const json& j, std::size_t line) {
@@ -76,6 +91,20 @@ TraceEntry access_entry(const json& j, std::size_t line) {
     e.completion_tokens = whole(j, "completion_tokens", line);
     if (j.contains("duration_ms") && !j["duration_ms"].is_null())
         e.duration_s = seconds(j, "duration_ms", line, k_max_duration * 1e3) / 1e3;
+    // A line is written as its request ends: it arrived duration_ms before.
+    e.t = std::max(0.0, e.t - e.duration_s);
+    if (j.contains("input_tokens") && e.refused_at_admission == 0) {
+        // What a request the gateway did not serve would have used is unknown: its reservation.
+        if (status < 200 || status >= 300) e.prompt_tokens.reset(), e.completion_tokens.reset();
+        e.model = j.contains("model") ? text(j, "model", line) : std::string();
+        e.input_tokens = whole(j, "input_tokens", line);
+        e.output_declared = whole(j, "output_declared", line);
+        e.sequences = std::min<std::uint64_t>(whole(j, "sequences", line), cost::k_max_sequences);
+        e.stream = flag(j, "stream", line);
+        e.stopped = flag(j, "stopped", line);
+    }
+    if (j.contains("load_queue")) e.load_queue = seconds(j, "load_queue", line, 1e12);
+    if (j.contains("load_kv_cache")) e.load_kv_cache = seconds(j, "load_kv_cache", line, 1);
     return e;
 }
 
@@ -84,7 +113,7 @@ bool is_access_line(const json& j) { return j.contains("ts") && j.contains("requ
 TraceEntry entry(const json& j, std::size_t line) {
     for (const auto& [k, v] : j.items())
         if (k != "t" && k != "key" && k != "path" && k != "client_ip" && k != "body" && k != "cost" && k != "usage" &&
-            k != "duration_s")
+            k != "duration_s" && k != "load")
             bad(line, "unknown field '" + k + "'");
     TraceEntry e;
     e.line = line;
@@ -113,27 +142,16 @@ TraceEntry entry(const json& j, std::size_t line) {
         e.completion_tokens = count("completion_tokens");
     }
     if (j.contains("duration_s")) e.duration_s = seconds(j, "duration_s", line, k_max_duration);
+    if (j.contains("load")) {
+        const auto& load = j["load"];
+        if (!load.is_object()) bad(line, "'load' must be an object: {\"queue\": N, \"kv_cache\": 0–1}");
+        for (const auto& [k, v] : load.items())
+            if (k != "queue" && k != "kv_cache") bad(line, "unknown field 'load." + k + "'");
+        if (load.contains("queue")) e.load_queue = seconds(load, "queue", line, 1e12);
+        if (load.contains("kv_cache")) e.load_kv_cache = seconds(load, "kv_cache", line, 1);
+    }
     return e;
 }
-
-/// A request admitted and not yet settled (waiting for its queue turns, or in flight).
-struct InFlight {
-    std::size_t index = 0;  // into the result's decisions
-    std::vector<limiter::Charge> charges;
-    limiter::Decision decision;
-    std::size_t next_queue = 0;  // the charge whose ticket is asked next
-    config::Amounts actual;
-    core::Nanos arrived = 0;
-    core::Nanos duration = 0;
-};
-
-struct Event {
-    core::Nanos at;
-    std::uint64_t seq;
-    bool settle;  // else: ask for a queue turn
-    std::size_t request;
-    bool operator>(const Event& o) const { return at != o.at ? at > o.at : seq > o.seq; }
-};
 
 constexpr std::size_t k_bins = 600;
 
@@ -150,8 +168,8 @@ struct Tally {
     std::vector<std::uint32_t> refused = std::vector<std::uint32_t>(k_bins);
 };
 
-std::string limit_name(const limiter::LimitStatus& s) {
-    return std::string(config::to_string(s.level)) + ":" + s.spec->name;
+std::string limit_name(config::Level level, const config::LimitSpec& spec) {
+    return std::string(config::to_string(level)) + ":" + spec.name;
 }
 
 double quantile(std::vector<double> v, double q) {
@@ -186,10 +204,43 @@ std::shared_ptr<const config::GatewayConfig> without_tls(const config::GatewayCo
     return copy;
 }
 
+/// Waits until the (manual) clock reaches `until`: its alarm posts the coroutine's resumption.
+/// No timer: an event loop without one never asks the kernel for its timers on every poll.
+net::awaitable<void> sleep_until(const core::Clock& clock, core::Nanos until) {
+    if (clock.now() >= until) co_return;
+    std::unique_ptr<core::Alarm> alarm;
+    co_await net::async_initiate<decltype(net::use_awaitable), void()>(
+        [&](auto handler) {
+            // A clock's wake is copied (std::function): the one-shot handler goes in a shared box.
+            auto box = std::make_shared<decltype(handler)>(std::move(handler));
+            alarm = clock.alarm(until, [box] { net::post(std::move(*box)); });
+        },
+        net::use_awaitable);
+}
+
+/// A request's summary as its access-log line gave it (record_admission wrote it).
+cost::RequestSummary logged_summary(const TraceEntry& e) {
+    cost::RequestSummary s;
+    s.model = e.model;
+    s.stream = e.stream;
+    s.input_tokens = *e.input_tokens;
+    s.output_per_sequence = e.output_declared;
+    s.output_named = true;
+    s.sequences = e.sequences;
+    s.max_output_tokens = e.output_declared != 0 && e.sequences > UINT64_MAX / e.output_declared
+                              ? UINT64_MAX
+                              : e.sequences * e.output_declared;
+    return s;
+}
+
+/// The gateway's stage sequence (pipeline/sequence.hpp) driven by a trace on a manual clock: each
+/// request is a coroutine on one event loop; the clock moves from alarm to alarm (exchanges
+/// ending, queue turns, a stream's next block) and to each arrival, and the loop runs what that
+/// woke. Only the exchange is the trace's: its usage, its duration.
 class Simulator {
 public:
     explicit Simulator(std::shared_ptr<const config::GatewayConfig> config)
-        : runtime_(without_tls(*config)), store_(clock_) {
+        : runtime_(without_tls(*config)), store_(clock_), metrics_(registry_) {
         result_.config = std::move(config);
     }
 
@@ -203,11 +254,10 @@ public:
         result_.bin_s = std::max(end, 1e-3) * 1.0001 / static_cast<double>(k_bins);
         for (const auto& e : trace) {
             auto at = k_s + static_cast<core::Nanos>(std::llround(e.t * 1e9));
-            drain(at);
-            clock_.set(at);
+            advance_to(at);
             arrive(e, at);
         }
-        drain(std::numeric_limits<core::Nanos>::max());
+        advance_to(std::numeric_limits<core::Nanos>::max());
         for (const auto& name : order_) {
             auto& t = tally_[name];
             result_.limits.push_back({name, t.admitted, t.rejected, t.queued, quantile(t.waits, 0.5),
@@ -218,6 +268,22 @@ public:
     }
 
 private:
+    class TraceEnds;
+
+    /// Rings the alarms due by `until`, one deadline at a time, running what each woke.
+    void advance_to(core::Nanos until) {
+        for (auto next = clock_.next_alarm(); next && *next <= until; next = clock_.next_alarm()) {
+            clock_.set(std::max(*next, clock_.now()));
+            run_ready();
+        }
+        if (until != std::numeric_limits<core::Nanos>::max() && until > clock_.now()) clock_.set(until);
+    }
+
+    void run_ready() {
+        ioc_.restart();
+        ioc_.poll();
+    }
+
     Tally& tally(const std::string& name) {
         auto [it, fresh] = tally_.try_emplace(name);
         if (fresh) {
@@ -228,15 +294,16 @@ private:
     }
     /// Each tenant holds its own copy of its tier's limits: tallied by name, found by spec
     /// (the names are built once per spec, not once per request).
-    Tally& tally(const limiter::LimitStatus& s) {
-        auto [it, fresh] = by_spec_.try_emplace(s.spec, nullptr);  // a spec belongs to one level
+    Tally& tally(config::Level level, const config::LimitSpec* spec) {
+        auto [it, fresh] = by_spec_.try_emplace(spec, nullptr);  // a spec belongs to one level
         if (fresh) {
-            it->second = &tally(limit_name(s));
-            it->second->capacity = s.spec->capacity;
-            it->second->water = s.spec->algorithm == config::Algorithm::leaky_bucket;
+            it->second = &tally(limit_name(level, *spec));
+            it->second->capacity = spec->capacity;
+            it->second->water = spec->algorithm == config::Algorithm::leaky_bucket;
         }
         return *it->second;
     }
+    Tally& tally(const limiter::LimitStatus& s) { return tally(s.level, s.spec); }
 
     std::size_t bin(core::Nanos at) const {
         auto b = static_cast<double>(at - k_s) / 1e9 / result_.bin_s;
@@ -286,22 +353,48 @@ private:
         return std::nullopt;
     }
 
-    void schedule(core::Nanos at, bool settle, std::size_t request) { events_.push({at, seq_++, settle, request}); }
-
-    void drain(core::Nanos until) {
-        while (!events_.empty() && events_.top().at <= until) {
-            auto ev = events_.top();
-            events_.pop();
-            clock_.set(std::max(clock_.now(), ev.at));
-            if (ev.settle) settle(ev.request);
-            else ask_turn(ev.request);
+    /// Admission, as the line allows: its body, its logged summary, or a cost given outright
+    /// (which generates nothing the stages could bound).
+    std::variant<pipeline::Admitted, pipeline::Rejection> admission(const TraceEntry& e, const auth::Principal& who) {
+        const auto& cfg = *runtime_.config;
+        auto target = proxy::normalize_target(e.path);
+        if (!e.body.empty()) {
+            std::optional<auth::Principal> known;
+            return pipeline::admit(runtime_, {e.key, target, e.client_ip, e.body}, history_, known);
         }
+        if (e.input_tokens)
+            return pipeline::price_request(runtime_, {who, logged_summary(e), cost::find_model(cfg.models, e.model)},
+                                           target.path, e.client_ip, history_);
+        pipeline::Admitted a;
+        auto route = classify::match_route(cfg, target.path, "");
+        if (!route) {
+            pipeline::Rejection none;
+            none.status = pipeline::http::status::not_found;
+            return none;
+        }
+        a.principal = who;
+        a.route = *route;
+        a.summary.sequences = 0;
+        a.reserved = {*e.cost, static_cast<double>(e.prompt_tokens.value_or(0) + e.completion_tokens.value_or(0)), 0};
+        a.charges = classify::applicable_limits(cfg, {who.tenant, e.client_ip, a.route, "", a.reserved, {}});
+        return a;
+    }
+
+    /// The load the line says the route's upstreams had (SPEC §13); none: not live, nobody shed.
+    void set_load(const TraceEntry& e, std::size_t route) {
+        bool given = e.load_queue || e.load_kv_cache;
+        if (!given && !load_set_) return;
+        for (const auto& u : runtime_.config->routes[route].upstreams) {
+            auto& load = runtime_.load[u.upstream];
+            load = std::make_shared<proxy::UpstreamLoad>();
+            if (given) load->scraped({e.load_queue, std::nullopt, e.load_kv_cache});
+        }
+        load_set_ = given;
     }
 
     void arrive(const TraceEntry& e, core::Nanos at) {
         SimulatedDecision d;
         d.t = e.t;
-        auto& cfg = *runtime_.config;
         std::optional<auth::Principal> who = e.key.empty() ? logged_principal(e) : authenticate(e.key);
         if (e.refused_at_admission && e.refused_at_admission != 401 && who) {
             d.status = e.refused_at_admission;
@@ -317,144 +410,182 @@ private:
             return;
         }
         d.tenant = result_.config->tenants[who->tenant].id;
-        InFlight f;
-        f.arrived = at;
-        f.duration = static_cast<core::Nanos>(std::llround(e.duration_s * 1e9));
-        if (!e.cost) {
-            auto target = proxy::normalize_target(e.path);
-            auto admission = pipeline::admit(runtime_, {e.key, target, e.client_ip, e.body}, history_, who);
-            if (auto* no = std::get_if<pipeline::Rejection>(&admission)) {
-                d.status = static_cast<int>(no->status);
-                ++result_.invalid;
-                result_.decisions.push_back(d);
-                return;
-            }
-            auto& a = std::get<pipeline::Admitted>(admission);
-            f.charges = std::move(a.charges);
-            f.actual = e.prompt_tokens || e.completion_tokens
-                           ? cost::request_amounts(cfg.cost, a.cost_factor, a.price,
-                                                   e.prompt_tokens.value_or(a.summary.input_tokens),
-                                                   e.completion_tokens.value_or(0), a.summary.stream)
-                           : a.reserved;
-        } else {
-            auto route = classify::match_route(cfg, proxy::normalize_target(e.path).path, "");
-            if (!route) {
-                d.status = 404;
-                ++result_.invalid;
-                result_.decisions.push_back(d);
-                return;
-            }
-            config::Amounts given{
-                *e.cost, static_cast<double>(e.prompt_tokens.value_or(0) + e.completion_tokens.value_or(0)), 0};
-            f.charges = classify::applicable_limits(cfg, {who->tenant, e.client_ip, *route, "", given, {}});
-            f.actual = given;
-        }
-        f.decision = store_.decide(f.charges);
-        chart(f.decision, at);
-        if (!f.decision.allowed) {
-            d.status = 429;
-            if (f.decision.rejected >= 0) {
-                auto& t = tally(f.decision.statuses[f.decision.rejected]);
-                ++t.rejected;
-                d.limit = t.index;
-            }
+        auto admitted = admission(e, *who);
+        if (auto* no = std::get_if<pipeline::Rejection>(&admitted)) {
+            d.status = static_cast<int>(no->status);
+            ++result_.invalid;
             result_.decisions.push_back(d);
             return;
         }
-        f.index = result_.decisions.size();
+        auto& a = std::get<pipeline::Admitted>(admitted);
+        set_load(e, a.route);
+        auto index = result_.decisions.size();
         result_.decisions.push_back(d);
-        bool waits = f.decision.must_wait();
-        std::size_t id;
-        if (free_.empty()) {  // a settled request's slot is reused: memory follows what is in flight
-            id = in_flight_.size();
-            in_flight_.push_back(std::move(f));
-        } else {
-            id = free_.back();
-            free_.pop_back();
-            in_flight_[id] = std::move(f);
-        }
-        if (waits) schedule(at, false, id);
-        else started(id, at);
+        net::co_spawn(ioc_, request(index, e, std::move(a), at), [](std::exception_ptr ex) {
+            if (ex) std::rethrow_exception(ex);
+        });
+        run_ready();
     }
 
-    void ask_turn(std::size_t id) {
-        auto& f = in_flight_[id];
-        auto now = clock_.now();
-        for (; f.next_queue < f.charges.size(); ++f.next_queue) {
-            auto ticket = f.decision.statuses[f.next_queue].ticket;
-            if (!ticket) continue;
-            auto r = store_.queue_try_start(f.charges[f.next_queue], ticket);
-            if (r.displaced) return displaced(id, now);
-            if (r.started || r.unknown) {
-                auto& t = tally(f.decision.statuses[f.next_queue]);
-                result_.decisions[f.index].limit = t.index;
-                ++t.queued;
-                t.level[bin(now)] = static_cast<double>(--t.waiting);
-                t.waits.push_back(static_cast<double>(now - f.arrived) / 1e9);
-                continue;
-            }
-            // Not its turn yet: ask again when the queue says (after the ones due at once).
-            schedule(std::max(r.wait_until, now), false, id);
-            return;
-        }
-        started(id, now);
-    }
-
-    /// A queue gave the request's place to higher-priority traffic: a 429 after all, and its
-    /// places in the queues after that one given back.
-    void displaced(std::size_t id, core::Nanos now) {
-        auto& f = in_flight_[id];
-        for (auto i = f.next_queue; i < f.charges.size(); ++i) {
-            const auto& status = f.decision.statuses[i];
-            if (!status.ticket) continue;
-            if (i > f.next_queue) store_.queue_cancel(f.charges[i], status.ticket);
-            auto& t = tally(status);
-            t.level[bin(now)] = static_cast<double>(--t.waiting);
-            if (i > f.next_queue) continue;
-            ++t.rejected;
-            ++t.refused[bin(now)];
-            result_.decisions[f.index].status = 429;
-            result_.decisions[f.index].limit = t.index;
-        }
-        f.actual = {};
-        settle(id);
-    }
-
-    void started(std::size_t id, core::Nanos now) {
-        auto& f = in_flight_[id];
-        result_.decisions[f.index].wait_s = static_cast<double>(now - f.arrived) / 1e9;
-        for (std::size_t i = 0; i < f.charges.size(); ++i)
-            if (f.decision.statuses[i].charged) {
-                auto& t = tally(f.decision.statuses[i]);
-                ++t.admitted;
-                ++t.started[bin(now)];
-            }
-        schedule(now + f.duration, true, id);
-    }
-
-    void settle(std::size_t id) {
-        auto& f = in_flight_[id];
-        store_.settle(limiter::charged(f.charges, f.decision), f.actual, f.decision.lease);
-        f.charges.clear();
-        f.decision = {};
-        free_.push_back(id);
-    }
+    net::awaitable<void> request(std::size_t index, const TraceEntry& e, pipeline::Admitted admitted,
+                                 core::Nanos arrived);
 
     core::ManualClock clock_{k_s, 1'700'000'000 * k_s};
     Runtime runtime_;
-    store::MemoryStore store_;
+    store::LocalStore store_;
+    metrics::Registry registry_;  // the stages count as they go; nobody reads it here
+    GatewayMetrics metrics_;
     cost::OutputHistory history_;
-    std::vector<InFlight> in_flight_;
-    std::vector<std::size_t> free_;
+    limiter::Exposure answers_in_flight_;
+    pipeline::StageServices stages_{store_, clock_, metrics_, history_, answers_in_flight_};
+    bool load_set_ = false;
     std::unordered_map<std::string, std::optional<auth::Principal>> principals_;
     std::unordered_map<std::string, std::size_t> tenant_by_key_id_, tenant_by_name_;
-    std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
-    std::uint64_t seq_ = 0;
     std::map<std::string, Tally> tally_;
     std::unordered_map<const config::LimitSpec*, Tally*> by_spec_;
     std::vector<std::string> order_;
     SimulationResult result_;
+    // Last: destroyed first, with any request still suspended in it, while what it uses lives.
+    net::io_context ioc_{1};
 };
+
+/// simulate's ends of the sequence: a client that never leaves, and an exchange that takes the
+/// trace line's duration and generates its usage, within the bound the stages set.
+class Simulator::TraceEnds final : public pipeline::Ends {
+public:
+    TraceEnds(Simulator& sim, std::size_t index, const TraceEntry& e, core::Nanos arrived)
+        : sim_(sim), index_(index), e_(e), arrived_(arrived) {}
+
+    void decided(const limiter::Decision& d) override {
+        sim_.chart(d, sim_.clock_.now());
+        for (std::size_t i = 0; i < d.statuses.size(); ++i)
+            if (d.statuses[i].ticket) queued_in_.push_back(&sim_.tally(d.statuses[i]));
+        if (d.allowed || d.rejected < 0) return;
+        auto& t = sim_.tally(d.statuses[d.rejected]);
+        ++t.rejected;
+        sim_.result_.decisions[index_].limit = t.index;
+        refusal_tallied_ = true;
+    }
+
+    store::TurnWatch turn_watch() override {
+        return {never_gone_, on_gone_, [this](const limiter::Charge& c, core::Nanos waited) {
+                    auto& t = sim_.tally(c.level, c.spec);
+                    sim_.result_.decisions[index_].limit = t.index;
+                    ++t.queued;
+                    t.waits.push_back(static_cast<double>(waited) / 1e9);
+                    leave_queue(t);
+                }};
+    }
+
+    net::awaitable<pipeline::Exchanged> exchange(const pipeline::Admitted& a, const pipeline::Permit& permit,
+                                                 pipeline::LiveBudget* live) override {
+        auto now = sim_.clock_.now();
+        auto end = now + static_cast<core::Nanos>(std::llround(e_.duration_s * 1e9));
+        started(permit.decision(), now);
+        pipeline::Exchanged out;
+        out.status = 200;
+        out.keep_alive = true;
+        auto& settled = out.settled;
+        const auto& summary = a.summary;
+        if (!e_.body.empty() || e_.input_tokens) {
+            if (!e_.prompt_tokens && !e_.completion_tokens) {  // no usage given: the reservation stands
+                settled.kept_reservation = true;
+                settled.cost = a.reserved.cost;
+            } else {
+                settled.usage_reported = true;
+                settled.prompt_tokens = e_.prompt_tokens.value_or(summary.input_tokens);
+                // The upstream generates what the line says, within the bound written to it; a
+                // stream the gateway stopped would have gone on, as far as its bound.
+                auto bound =
+                    a.output.bound_lowered() ? a.output.bound() * summary.sequences : summary.max_output_tokens;
+                auto output = std::min(e_.stopped ? bound : e_.completion_tokens.value_or(0), bound);
+                if (live) output = co_await relay(*live, output, now, end, out.stopped);
+                // Cut before the upstream's usage came: the gateway's own count, not learned from.
+                settled.usage_reported = !out.stopped;
+                settled.completion_tokens = output;
+                settled.cost = cost::request_cost(sim_.runtime_.config->cost, a.cost_factor, settled.prompt_tokens,
+                                                  output, summary.stream);
+            }
+        } else {  // a cost given outright: it is what the request used
+            settled.usage_reported = true;
+            settled.cost = a.reserved.cost;
+            settled.prompt_tokens = e_.prompt_tokens.value_or(0);
+            settled.completion_tokens = e_.completion_tokens.value_or(0);
+        }
+        co_await sleep_until(sim_.clock_, end);
+        co_return out;
+    }
+
+    /// How the request ended: its verdict, and a refusal no decision tallied (a queue gave its
+    /// place away, the answers in flight held the room, the upstreams were overloaded).
+    void finish(const pipeline::RequestRecord& rec) {
+        auto& d = sim_.result_.decisions[index_];
+        d.status = static_cast<int>(rec.status);
+        d.output_bound = rec.output_bound;
+        d.completion_tokens = rec.completion_tokens;
+        d.stopped = rec.stopped;
+        auto now = sim_.clock_.now();
+        if (!rec.rejected_limit.empty() && !refusal_tallied_) {
+            auto& t = sim_.tally(rec.rejected_level + ":" + rec.rejected_limit);
+            ++t.rejected;
+            ++t.refused[sim_.bin(now)];
+            d.limit = t.index;
+        }
+        while (!queued_in_.empty()) leave_queue(*queued_in_.back());
+    }
+
+private:
+    void leave_queue(Tally& t) {
+        auto it = std::find(queued_in_.begin(), queued_in_.end(), &t);
+        if (it == queued_in_.end()) return;
+        queued_in_.erase(it);
+        t.level[sim_.bin(sim_.clock_.now())] = static_cast<double>(--t.waiting);
+    }
+
+    void started(const limiter::Decision& decision, core::Nanos now) {
+        sim_.result_.decisions[index_].wait_s = static_cast<double>(now - arrived_) / 1e9;
+        for (const auto& s : decision.statuses)
+            if (s.charged) {
+                auto& t = sim_.tally(s);
+                ++t.admitted;
+                ++t.started[sim_.bin(now)];
+            }
+    }
+
+    /// A stream under stop_at_budget: its blocks charged as its tokens would arrive, spread over
+    /// its duration; a refused block ends it where it is (SPEC §17).
+    net::awaitable<std::uint64_t> relay(pipeline::LiveBudget& live, std::uint64_t output, core::Nanos from,
+                                        core::Nanos to, bool& stopped) {
+        while (live.covered() < output) {
+            auto share = static_cast<double>(live.covered()) / static_cast<double>(output);
+            co_await sleep_until(sim_.clock_, from + static_cast<core::Nanos>(share * static_cast<double>(to - from)));
+            if (!co_await live.extend(sim_.store_)) {
+                stopped = true;
+                co_return live.covered();
+            }
+        }
+        co_return output;
+    }
+
+    Simulator& sim_;
+    std::size_t index_;
+    const TraceEntry& e_;
+    core::Nanos arrived_;
+    bool never_gone_ = false;
+    std::function<void()> on_gone_;
+    std::vector<Tally*> queued_in_;  // the queues it holds a ticket in
+    bool refusal_tallied_ = false;
+};
+
+net::awaitable<void> Simulator::request(std::size_t index, const TraceEntry& e, pipeline::Admitted admitted,
+                                        core::Nanos arrived) {
+    pipeline::RequestRecord rec;
+    rec.tenant = std::string(result_.decisions[index].tenant);
+    pipeline::record_admission(runtime_, admitted, rec);
+    TraceEnds ends(*this, index, e, arrived);
+    co_await pipeline::proceed(stages_, runtime_, admitted, rec, ends);
+    ends.finish(rec);
+}
 
 /// For names from the config in HTML text and attributes.
 std::string html_escape(std::string_view text) {
@@ -578,7 +709,8 @@ std::vector<TraceEntry> read_trace(std::istream& in, TraceStats& stats) {
             bad(n, log_line ? "an access-log line in a trace" : "a trace line in an access log");
         access_log = log_line;
         out.push_back(log_line ? access_entry(j, n) : entry(j, n));
-        if (out.size() > 1 && out.back().t < out[out.size() - 2].t) ++stats.reordered;
+        // An access log is in the order requests ended, not arrived: sorted without a word.
+        if (!log_line && out.size() > 1 && out.back().t < out[out.size() - 2].t) ++stats.reordered;
     }
     if (!access_log.value_or(false) && first_other) bad(first_other, "not a JSON object");
     stats.access_log = access_log.value_or(false);
@@ -587,7 +719,7 @@ std::vector<TraceEntry> read_trace(std::istream& in, TraceStats& stats) {
             std::min_element(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.t < b.t; })->t;
         for (auto& e : out) e.t -= start;
     }
-    if (stats.reordered)
+    if (stats.reordered || stats.access_log)
         std::stable_sort(out.begin(), out.end(), [](const TraceEntry& a, const TraceEntry& b) { return a.t < b.t; });
     return out;
 }
@@ -614,14 +746,16 @@ bool write_simulation(const SimulationResult& result, const std::string& out_dir
     std::ofstream s(out_dir + "/summary.json");
     s << summary.dump(2) << "\n";
     std::ofstream csv(out_dir + "/decisions.csv");
-    csv << "t,tenant,verdict,limit,wait_s\n";
+    csv << "t,tenant,verdict,limit,wait_s,output_bound,completion_tokens,stopped\n";
     char buf[64];
     for (const auto& d : result.decisions) {
         std::snprintf(buf, sizeof buf, "%.6f", d.t);
         csv << buf << "," << d.tenant << "," << d.status << ","
             << (d.limit >= 0 ? std::string_view(result.limits[d.limit].limit) : std::string_view()) << ",";
         std::snprintf(buf, sizeof buf, "%.6f", d.wait_s);
-        csv << buf << "\n";
+        csv << buf << ",";
+        if (d.output_bound) csv << d.output_bound;
+        csv << "," << d.completion_tokens << "," << (d.stopped ? "1" : "0") << "\n";
     }
     auto span_s = result.bin_s * static_cast<double>(k_bins);
     std::ofstream html(out_dir + "/report.html");

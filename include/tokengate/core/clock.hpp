@@ -98,6 +98,8 @@ public:
     std::unique_ptr<Alarm> alarm(Nanos at, std::function<void()> wake) const override;
     void advance(std::chrono::nanoseconds by) { set(now() + by.count()); }
     void set(Nanos to);
+    /// The earliest alarm set and not yet rung: where a simulation moves the clock next.
+    std::optional<Nanos> next_alarm() const;
 
 private:
     std::atomic<Nanos> now_;

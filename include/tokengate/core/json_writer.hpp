@@ -23,6 +23,7 @@ public:
     JsonObjectWriter& number(std::string_view key, double value);
     JsonObjectWriter& integer(std::string_view key, std::uint64_t value);
     JsonObjectWriter& null(std::string_view key);
+    JsonObjectWriter& boolean(std::string_view key, bool value);
     /// A nested object under `key`, written in place: fill it and close() it before this
     /// object's next member.
     JsonObjectWriter object(std::string_view k) {

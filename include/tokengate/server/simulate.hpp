@@ -17,7 +17,7 @@
 namespace tokengate::server {
 
 /// One request of a trace: JSON lines {"t", "key", "path", "client_ip", "body" | "cost",
-/// "usage": {"prompt_tokens", "completion_tokens"}, "duration_s"}, or tokengate's own access
+/// "usage": {"prompt_tokens", "completion_tokens"}, "duration_s", "load"}, or tokengate's own access
 /// log (a line with "ts" and "request_id"), whose requests are known by key_id and tenant.
 struct TraceEntry {
     double t = 0;  // seconds from the trace's start
@@ -30,6 +30,16 @@ struct TraceEntry {
     std::optional<double> cost;  // a cost given directly instead of a body
     std::optional<std::uint64_t> prompt_tokens, completion_tokens;  // what the upstream reported
     double duration_s = 0;                                          // how long the exchange lasted
+    // An access-log line's priced request (record_admission), so its price, output bound and live
+    // budget are worked out again under the proposed config; absent in older logs (`cost` then).
+    std::string model;
+    std::optional<std::uint64_t> input_tokens;
+    std::uint64_t output_declared = 0, sequences = 0;
+    bool stream = false;
+    bool stopped = false;  // the gateway ended the stream at its budget: the upstream would have gone on
+    /// The route's upstream load at arrival ({"load": {"queue", "kv_cache"}}, or the access log's
+    /// load_queue and load_kv_cache): what shedding reads (SPEC §13). None: nobody is shed.
+    std::optional<double> load_queue, load_kv_cache;
     std::size_t line = 0;
 };
 
@@ -50,11 +60,14 @@ std::vector<TraceEntry> read_trace(std::istream& in, TraceStats& stats);
 
 /// What became of one request.
 struct SimulatedDecision {
-    double t = 0;             // arrival
-    std::string_view tenant;  // into SimulationResult::config; empty: the key is unknown
-    int status = 200;         // 200 admitted, 429 refused, 401/400/404 as the gateway would answer
-    int limit = -1;           // into SimulationResult::limits: the refusing limit, or the queue waited in
-    double wait_s = 0;        // admitted: from arrival to start
+    double t = 0;                    // arrival
+    std::string_view tenant;         // into SimulationResult::config; empty: the key is unknown
+    int status = 200;                // 200 admitted, 429 refused, 503 shed, 401/400/404 as the gateway would answer
+    int limit = -1;                  // into SimulationResult::limits: the refusing limit, or the queue waited in
+    double wait_s = 0;               // admitted: from arrival to start
+    std::uint64_t output_bound = 0;  // the output bound lowered to (cap_output, answers in flight); 0: not
+    std::uint64_t completion_tokens = 0;  // what it generated, as settled
+    bool stopped = false;                 // a stream ended at its budget (stop_at_budget)
 };
 
 struct LimitSummary {

@@ -31,24 +31,31 @@ std::variant<Admitted, Rejection> admit(const Runtime& runtime, const Incoming& 
         return invalid(http::status::unauthorized, "invalid_api_key",
                        in.key.empty() ? "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'."
                                       : "Incorrect API key provided.");
-    Admitted a;
-    a.principal = *who;
     auto parsed =
         cost::parse_request_body(in.body, cfg.cost, &runtime.tokenizers, in.target.path, &cfg.models, count_limit);
     if (parsed.error != cost::BodyError::none)
         return invalid(http::status::bad_request, body_error_code(parsed.error), parsed.message);
-    a.summary = std::move(parsed.summary);
-    a.cost_factor = parsed.model ? parsed.model->cost_factor : 1.0;
-    a.price = parsed.model && parsed.model->price ? &*parsed.model->price : nullptr;
-    a.tokenizer = parsed.tokenizer;
-    auto route = classify::match_route(cfg, in.target.path, a.summary.model);
-    if (!route) return invalid(http::status::not_found, "not_found", "No route for " + in.target.path + ".");
+    return price_request(runtime, {*who, std::move(parsed.summary), parsed.model, parsed.tokenizer}, in.target.path,
+                         in.client_ip, history);
+}
+
+std::variant<Admitted, Rejection> price_request(const Runtime& runtime, Read read, std::string_view path,
+                                                std::string_view client_ip, const cost::OutputHistory& history) {
+    const auto& cfg = *runtime.config;
+    Admitted a;
+    a.principal = read.principal;
+    a.summary = std::move(read.summary);
+    a.cost_factor = read.model ? read.model->cost_factor : 1.0;
+    a.price = read.model && read.model->price ? &*read.model->price : nullptr;
+    a.tokenizer = read.tokenizer;
+    auto route = classify::match_route(cfg, path, a.summary.model);
+    if (!route) return invalid(http::status::not_found, "not_found", "No route for " + std::string(path) + ".");
     a.route = *route;
     a.output = estimate_output(cfg.cost, history, cfg.tenants[a.principal.tenant].id, a.summary);
     a.reserved = cost::request_amounts(cfg.cost, a.cost_factor, a.price, a.summary.input_tokens, a.output.tokens,
                                        a.summary.stream);
     a.charges =
-        classify::applicable_limits(cfg, {a.principal.tenant, in.client_ip, a.route, a.summary.model, a.reserved, {}});
+        classify::applicable_limits(cfg, {a.principal.tenant, client_ip, a.route, a.summary.model, a.reserved, {}});
     return a;
 }
 

@@ -46,4 +46,18 @@ struct Incoming {
 std::variant<Admitted, Rejection> admit(const Runtime& runtime, const Incoming& in, const cost::OutputHistory& history,
                                         std::optional<auth::Principal>& who, std::uint64_t count_limit = UINT64_MAX);
 
+/// A request as read: who sent it, its summary, and its model's settings and tokenizer (null:
+/// none matched, the heuristic).
+struct Read {
+    auth::Principal principal;
+    cost::RequestSummary summary;
+    const config::ModelCost* model = nullptr;
+    const cost::Tokenizer* tokenizer = nullptr;
+};
+
+/// Admission's last steps, once the body is read (or, in simulate, a logged request's summary
+/// is): route → output estimate → price → every applicable limit; 404 not_found without a route.
+std::variant<Admitted, Rejection> price_request(const Runtime& runtime, Read read, std::string_view path,
+                                                std::string_view client_ip, const cost::OutputHistory& history);
+
 }  // namespace tokengate::server::pipeline

@@ -50,6 +50,16 @@ void record(const RequestRecord& r, Worker& worker) {
     if (r.first_byte < 0) w.null("ttfb_ms");
     else w.number("ttfb_ms", static_cast<double>(r.first_byte - r.started) / 1e6);
     w.number("duration_ms", static_cast<double>(now - r.started) / 1e6);
+    if (!r.route.empty()) {  // priced: what simulate needs to price the line again
+        w.integer("input_tokens", r.input_tokens)
+            .integer("output_declared", r.output_declared)
+            .integer("sequences", r.sequences)
+            .boolean("stream", r.stream);
+        if (r.output_bound) w.integer("output_bound", r.output_bound);
+        if (r.stopped) w.boolean("stopped", true);
+    }
+    if (r.load_queue) w.number("load_queue", *r.load_queue);
+    if (r.load_kv_cache) w.number("load_kv_cache", *r.load_kv_cache);
     w.close();
     worker.access_line_written();
 }

@@ -3,6 +3,7 @@
 // Stage 4, record: one access-log line (SPEC §9) and the request's metrics, once per request.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "tokengate/core/clock.hpp"
@@ -34,6 +35,14 @@ struct RequestRecord {
     std::uint64_t prompt_tokens = 0;
     std::uint64_t completion_tokens = 0;
     core::Nanos first_byte = -1;
+    // What admission priced (simulate prices a replayed line from them again).
+    std::uint64_t input_tokens = 0;     // the input estimate
+    std::uint64_t output_declared = 0;  // the output each sequence may take, as asked (or the default)
+    std::uint64_t sequences = 0;        // 0: the request generates nothing
+    bool stream = false;
+    std::uint64_t output_bound = 0;  // the bound written upstream when lowered (SPEC §12, §17); 0: not
+    bool stopped = false;            // a stream ended at its budget (stop_at_budget)
+    std::optional<double> load_queue, load_kv_cache;  // what the shed check read (SPEC §13)
 };
 
 /// Counts the request and writes its access line into the worker's batch.

@@ -13,8 +13,14 @@
 
 namespace tokengate::server::pipeline {
 
-/// The 503 server_overloaded to answer, or nullopt to go on. An upstream whose signals are not
-/// live counts as not overloaded: nobody is shed on a guess.
-std::optional<Rejection> shed(const Runtime& runtime, const Admitted& admitted, core::Nanos now);
+struct ShedCheck {
+    std::optional<Rejection> refused;  // the 503 server_overloaded to answer
+    /// The load the check read, for the access log (and simulate's replay of it): the least
+    /// queue and KV cache among the route's available upstreams, while all their signals are live.
+    std::optional<double> queue, kv_cache;
+};
+
+/// An upstream whose signals are not live counts as not overloaded: nobody is shed on a guess.
+ShedCheck shed(const Runtime& runtime, const Admitted& admitted, core::Nanos now);
 
 }  // namespace tokengate::server::pipeline

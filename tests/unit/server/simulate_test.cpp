@@ -115,6 +115,56 @@ TEST(Simulate, AQueueOfPriorityClassesGivesASheddablePlaceToACriticalRequest) {
     EXPECT_EQ(last, 0) << "the displaced one left the queue's count";
 }
 
+TEST(Simulate, TheStagesAfterAdmissionAreTheGatewaysOwn) {
+    // Shed (SPEC §13) from the trace's load; cap_output (§12) re-prices a body the budget cannot
+    // hold whole, and its answer generates no more than the bound written upstream.
+    auto config = config::load_config_text(
+        "upstreams: [ { name: up, url: \"http://127.0.0.1:8000\", metrics: { interval: 1s } } ]\n"
+        "routes: [ { path: /v1/chat/completions, upstreams: [up] } ]\n"
+        "cost: { input: { per: 1, min: 1 }, output: { per: 1, min: 1 }, stream_surcharge: 0, cap_output: true, "
+        "min_output: 10 }\n"
+        "tiers: { free: { priority: sheddable }, vip: { priority: critical } }\n"
+        "tenants:\n"
+        "  - { id: crowd, tier: free, keys: "
+        "[\"sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\"], limits: [ { name: tokens, "
+        "algorithm: token_bucket, capacity: 100, rate: 0.001/s, unit: cost } ] }\n"
+        "  - { id: bank, tier: vip, keys: "
+        "[\"sha256:f9505a739a8fb8e851942c3f973d4bbb2d4c4743a6b633090abf2f2be035d572\"] }\n"
+        "overload: { queue: 4 }\n",
+        "stages.yaml");
+    const std::string body = R"("body": {"model": "m", "messages": [{"role": "user", "content": "hi"}], )";
+    std::stringstream lines(R"({"t": 0, "key": "test", "cost": 1, "load": {"queue": 9}})"
+                            "\n"
+                            R"({"t": 0.1, "key": "vip", "cost": 1, "load": {"queue": 9}})"
+                            "\n"
+                            R"({"t": 0.2, "key": "test", "cost": 1, "load": {"queue": 3}})"
+                            "\n"
+                            R"({"t": 0.3, "key": "test", "cost": 1})"
+                            "\n"
+                            R"({"t": 1, "key": "test", )" +
+                            body +
+                            R"("max_tokens": 500}, "usage": {"prompt_tokens": 9, "completion_tokens": 400}})"
+                            "\n"
+                            R"({"t": 2, "key": "test", )" +
+                            body +
+                            R"("max_tokens": 500}, "usage": {"prompt_tokens": 9, "completion_tokens": 400}})"
+                            "\n");
+    TraceStats stats;
+    auto result = simulate(config, read_trace(lines, stats));
+    ASSERT_EQ(result.decisions.size(), 6u);
+    EXPECT_EQ(result.decisions[0].status, 503) << "sheddable, and the upstream's queue is past 4";
+    EXPECT_EQ(result.decisions[1].status, 200) << "critical traffic is never shed";
+    EXPECT_EQ(result.decisions[2].status, 200) << "a queue of 3 is not past 4";
+    EXPECT_EQ(result.decisions[3].status, 200) << "no load known: nobody is shed on a guess";
+    EXPECT_EQ(result.decisions[4].status, 200);
+    // 98 of the bucket's 100 left; the input is 9 or 10 tokens: about 88 output tokens fit.
+    EXPECT_GT(result.decisions[4].output_bound, 80u);
+    EXPECT_LT(result.decisions[4].output_bound, 90u);
+    EXPECT_EQ(result.decisions[4].completion_tokens, result.decisions[4].output_bound)
+        << "the upstream stops at the bound written to it";
+    EXPECT_EQ(result.decisions[5].status, 429) << "nothing left for even min_output";
+}
+
 TEST(Simulate, UnknownKeysAreCountedAs401) {
     std::stringstream lines(
         R"({"t": 0, "key": "nobody", "cost": 1})"
@@ -168,7 +218,7 @@ TEST(Simulate, AnAccessLogIsATraceFromItsFirstRequest) {
         R"({"ts":1796172117.5,"request_id":"b","client_ip":"10.0.0.2","method":"POST","path":"/v1/chat/completions",)"
         R"("tenant":"seed","key_id":"9f86d081884c","model":"m","route":"/v1/chat/completions","upstream":"up",)"
         R"("status":429,"rejected_by":"tenant:bucket","cost":3.0,"cost_reserved":0.0,"cost_settled":0.0,)"
-        R"("prompt_tokens":0,"completion_tokens":0,"ttfb_ms":null,"duration_ms":0.1})"
+        R"("prompt_tokens":0,"completion_tokens":0,"ttfb_ms":null,"duration_ms":100})"
         "\n[2026-12-02 00:41:55.827] [tokengate] [info] tokengate listening on 127.0.0.1:8080\n"
         R"({"ts":1796172117.25,"request_id":"a","client_ip":"10.0.0.1","method":"POST","path":"/v1/nope",)"
         R"("tenant":"seed","key_id":"9f86d081884c","model":"","route":"","upstream":"","status":404,"rejected_by":"","cost":0.0,)"
@@ -178,16 +228,16 @@ TEST(Simulate, AnAccessLogIsATraceFromItsFirstRequest) {
     auto trace = read_trace(lines, stats);
     EXPECT_TRUE(stats.access_log);
     EXPECT_EQ(stats.skipped, 1u);
-    EXPECT_EQ(stats.reordered, 1u);
+    EXPECT_EQ(stats.reordered, 0u) << "lines are written as requests end: sorted by arrival without a word";
     ASSERT_EQ(trace.size(), 2u);
     EXPECT_DOUBLE_EQ(trace[0].t, 0);
-    EXPECT_DOUBLE_EQ(trace[1].t, 0.25);
+    EXPECT_NEAR(trace[1].t, 0.1501, 1e-6) << "each arrived duration_ms before its line was written";
     EXPECT_EQ(trace[0].refused_at_admission, 404);
     EXPECT_EQ(trace[1].refused_at_admission, 0);
     EXPECT_EQ(trace[1].key_id, "9f86d081884c");
     EXPECT_EQ(trace[1].client_ip, "10.0.0.2");
     EXPECT_EQ(trace[1].cost, 3.0) << "the price, though the request was refused";
-    EXPECT_DOUBLE_EQ(trace[1].duration_s, 1e-4);
+    EXPECT_DOUBLE_EQ(trace[1].duration_s, 0.1);
 
     // Replayed: the key is found by its id; the line refused before pricing is replayed as it was.
     auto result = simulate(seed_config("police"), trace);
