@@ -285,17 +285,16 @@ private:
 
     /// Admission; a large body's limits that need no price first, then its tokenizing on the
     /// pricing pool, so this event loop keeps serving other requests (SPEC §17).
-    net::awaitable<std::variant<pipeline::Admitted, pipeline::Rejection>> admit(const Runtime& rt,
-                                                                                const pipeline::Incoming& in,
-                                                                                std::optional<auth::Principal>& who) {
+    net::awaitable<pipeline::Result<pipeline::Admitted>> admit(const Runtime& rt, const pipeline::Incoming& in,
+                                                               std::optional<auth::Principal>& who) {
         if (in.body.size() <= rt.config->server.pricing_offload_bytes)
             co_return pipeline::admit(rt, in, services_.output_history, who);
-        auto early = co_await pipeline::precheck(*services_.store, rt, in, services_.clock);
-        who = early.who;
-        if (early.refused) co_return std::move(*early.refused);
+        auto early = co_await pipeline::precheck(*services_.store, rt, in, services_.clock, who);
+        if (auto* no = pipeline::refusal(early)) co_return std::move(*no);
+        auto count_limit = std::get<std::uint64_t>(early);
         // A coroutine of the pool's own: awaiting it resumes this one on its event loop.
-        auto price = [&]() -> net::awaitable<std::variant<pipeline::Admitted, pipeline::Rejection>> {
-            co_return pipeline::admit(rt, in, services_.output_history, who, early.count_limit);
+        auto price = [&]() -> net::awaitable<pipeline::Result<pipeline::Admitted>> {
+            co_return pipeline::admit(rt, in, services_.output_history, who, count_limit);
         };
         co_return co_await net::co_spawn(*services_.pricing, price(), net::use_awaitable);
     }

@@ -355,7 +355,7 @@ private:
 
     /// Admission, as the line allows: its body, its logged summary, or a cost given outright
     /// (which generates nothing the stages could bound).
-    std::variant<pipeline::Admitted, pipeline::Rejection> admission(const TraceEntry& e, const auth::Principal& who) {
+    pipeline::Result<pipeline::Admitted> admission(const TraceEntry& e, const auth::Principal& who) {
         const auto& cfg = *runtime_.config;
         auto target = proxy::normalize_target(e.path);
         if (!e.body.empty()) {

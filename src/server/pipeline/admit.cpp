@@ -20,8 +20,8 @@ std::string_view body_error_code(cost::BodyError error) {
 
 }  // namespace
 
-std::variant<Admitted, Rejection> admit(const Runtime& runtime, const Incoming& in, const cost::OutputHistory& history,
-                                        std::optional<auth::Principal>& who, std::uint64_t count_limit) {
+Result<Admitted> admit(const Runtime& runtime, const Incoming& in, const cost::OutputHistory& history,
+                       std::optional<auth::Principal>& who, std::uint64_t count_limit) {
     const auto& cfg = *runtime.config;
     if (!in.target.ok)
         return invalid(http::status::bad_request, "invalid_path",
@@ -39,8 +39,8 @@ std::variant<Admitted, Rejection> admit(const Runtime& runtime, const Incoming& 
                          in.client_ip, history);
 }
 
-std::variant<Admitted, Rejection> price_request(const Runtime& runtime, Read read, std::string_view path,
-                                                std::string_view client_ip, const cost::OutputHistory& history) {
+Result<Admitted> price_request(const Runtime& runtime, Read read, std::string_view path, std::string_view client_ip,
+                               const cost::OutputHistory& history) {
     const auto& cfg = *runtime.config;
     Admitted a;
     a.principal = read.principal;

@@ -43,8 +43,8 @@ struct Incoming {
 /// 404 not_found. `who` is set as soon as the key is known, so a later refusal is still
 /// logged under its tenant.
 /// Counting the input stops past `count_limit` (precheck.hpp).
-std::variant<Admitted, Rejection> admit(const Runtime& runtime, const Incoming& in, const cost::OutputHistory& history,
-                                        std::optional<auth::Principal>& who, std::uint64_t count_limit = UINT64_MAX);
+Result<Admitted> admit(const Runtime& runtime, const Incoming& in, const cost::OutputHistory& history,
+                       std::optional<auth::Principal>& who, std::uint64_t count_limit = UINT64_MAX);
 
 /// A request as read: who sent it, its summary, and its model's settings and tokenizer (null:
 /// none matched, the heuristic).
@@ -57,7 +57,7 @@ struct Read {
 
 /// Admission's last steps, once the body is read (or, in simulate, a logged request's summary
 /// is): route → output estimate → price → every applicable limit; 404 not_found without a route.
-std::variant<Admitted, Rejection> price_request(const Runtime& runtime, Read read, std::string_view path,
-                                                std::string_view client_ip, const cost::OutputHistory& history);
+Result<Admitted> price_request(const Runtime& runtime, Read read, std::string_view path, std::string_view client_ip,
+                               const cost::OutputHistory& history);
 
 }  // namespace tokengate::server::pipeline

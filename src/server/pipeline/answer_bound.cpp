@@ -33,12 +33,11 @@ std::vector<std::size_t> charged_cost_buckets(const limiter::Decision& decision,
     return out;
 }
 
-AnswerBound bound_answer(const config::CostConfig& cost, Admitted& admitted, const limiter::Decision& decision,
-                         limiter::Exposure& exposure) {
-    AnswerBound out;
-    if (!cost.stop_at_budget) return out;
+Result<limiter::Exposure::Hold> bound_answer(const config::CostConfig& cost, Admitted& admitted,
+                                             const limiter::Decision& decision, limiter::Exposure& exposure) {
+    if (!cost.stop_at_budget) return limiter::Exposure::Hold{};
     auto buckets = charged_cost_buckets(decision, admitted.charges.size());
-    if (buckets.empty()) return out;
+    if (buckets.empty()) return limiter::Exposure::Hold{};
     std::vector<std::string> keys;
     std::vector<double> remaining;
     for (auto i : buckets) {
@@ -55,7 +54,7 @@ AnswerBound bound_answer(const config::CostConfig& cost, Admitted& admitted, con
     const double reserved = price(output.tokens);
     std::size_t tightest = buckets.front();
     bool refused = false;
-    out.hold = exposure.hold_within(std::move(keys), remaining, [&](double free, std::size_t which) {
+    auto hold = exposure.hold_within(std::move(keys), remaining, [&](double free, std::size_t which) {
         tightest = buckets[which];
         // Whatever it is, a request whose own charge ate into the holds takes what they may need.
         if (free < 0) {
@@ -76,8 +75,8 @@ AnswerBound bound_answer(const config::CostConfig& cost, Admitted& admitted, con
         output.lowered = per_sequence;
         return price(per_sequence * summary.sequences) - reserved;
     });
-    if (refused) out.refused = held_by_answers_in_flight(decision.statuses[tightest]);
-    return out;
+    if (refused) return held_by_answers_in_flight(decision.statuses[tightest]);
+    return hold;
 }
 
 }  // namespace tokengate::server::pipeline

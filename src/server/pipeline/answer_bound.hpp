@@ -18,16 +18,12 @@
 
 namespace tokengate::server::pipeline {
 
-struct AnswerBound {
-    limiter::Exposure::Hold hold;      // kept until the answer settles
-    std::optional<Rejection> refused;  // less than min_output fits beside the answers in flight
-};
-
-/// With stop_at_budget: refuses a request whose charge ate into the holds; for a non-stream
-/// answer with a learned reservation below its bound, lowers `admitted.output`'s bound as far
-/// as needed and holds what it may still take.
-AnswerBound bound_answer(const config::CostConfig& cost, Admitted& admitted, const limiter::Decision& decision,
-                         limiter::Exposure& exposure);
+/// With stop_at_budget: refuses a request whose charge ate into the holds, or an answer of which
+/// less than min_output fits beside the answers in flight; for a non-stream answer with a
+/// learned reservation below its bound, lowers `admitted.output`'s bound as far as needed and
+/// holds what it may still take (kept until it settles).
+Result<limiter::Exposure::Hold> bound_answer(const config::CostConfig& cost, Admitted& admitted,
+                                             const limiter::Decision& decision, limiter::Exposure& exposure);
 
 /// The buckets a live budget charges and an answer's hold counts against: the tenant's enforced
 /// `unit: cost` rate buckets that took this decision's charge (indices into it).

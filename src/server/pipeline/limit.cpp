@@ -137,11 +137,10 @@ Rejection displaced(const limiter::Charge& queue) {
             queue.spec->name};
 }
 
-net::awaitable<std::variant<Permit, Rejection>> limit(store::Store& store, Admitted& admitted,
-                                                      const config::CostConfig& cost, std::string_view tenant,
-                                                      GatewayMetrics& metrics, const core::Clock& clock,
-                                                      limiter::Exposure& answers_in_flight,
-                                                      std::function<void(const limiter::Decision&)> seen) {
+net::awaitable<Result<Permit>> limit(store::Store& store, Admitted& admitted, const config::CostConfig& cost,
+                                     std::string_view tenant, GatewayMetrics& metrics, const core::Clock& clock,
+                                     limiter::Exposure& answers_in_flight,
+                                     std::function<void(const limiter::Decision&)> seen) {
     auto decision = co_await store.decide(admitted.charges);
     if (decision.unavailable) co_return store_unavailable();
     if (!decision.allowed && cost.cap_output)
@@ -173,12 +172,12 @@ net::awaitable<std::variant<Permit, Rejection>> limit(store::Store& store, Admit
     }
     auto answer = bound_answer(cost, admitted, decision, answers_in_flight);
     Permit permit(store, std::move(decision), admitted.charges, admitted.reserved, metrics, tenant);
-    if (answer.refused) {
+    if (auto* no = std::get_if<Rejection>(&answer)) {
         permit.withdraw();
-        answer.refused->headers.insert(answer.refused->headers.begin(), headers.begin(), headers.end());
-        co_return std::move(*answer.refused);
+        no->headers.insert(no->headers.begin(), headers.begin(), headers.end());
+        co_return std::move(*no);
     }
-    permit.keep(std::move(answer.hold));
+    permit.keep(std::move(std::get<limiter::Exposure::Hold>(answer)));
     if (admitted.output.bound_lowered()) {
         headers.push_back({"x-tokengate-output-capped", std::to_string(admitted.output.bound())});
         if (admitted.output.lowered) metrics.output_capped.add({tenant});

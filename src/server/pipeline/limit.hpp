@@ -76,11 +76,10 @@ private:
 /// again; `admitted` then holds the capped admission. With cost.stop_at_budget, a non-stream
 /// answer is bounded beside the answers in flight (answer_bound.hpp): its bound may be lowered,
 /// or it is refused (429) and its charge given back. `seen` is shown the final decision.
-net::awaitable<std::variant<Permit, Rejection>> limit(store::Store& store, Admitted& admitted,
-                                                      const config::CostConfig& cost, std::string_view tenant,
-                                                      GatewayMetrics& metrics, const core::Clock& clock,
-                                                      limiter::Exposure& answers_in_flight,
-                                                      std::function<void(const limiter::Decision&)> seen = {});
+net::awaitable<Result<Permit>> limit(store::Store& store, Admitted& admitted, const config::CostConfig& cost,
+                                     std::string_view tenant, GatewayMetrics& metrics, const core::Clock& clock,
+                                     limiter::Exposure& answers_in_flight,
+                                     std::function<void(const limiter::Decision&)> seen = {});
 
 /// The 429 for a refused decision, with its headers (SPEC §6).
 Rejection refused(const limiter::Decision& decision, std::span<const limiter::Charge> charges,

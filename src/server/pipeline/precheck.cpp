@@ -26,30 +26,26 @@ std::uint64_t count_limit(const config::CostConfig& cost, double cost_factor, st
     return most < 1.8e19 ? static_cast<std::uint64_t>(std::ceil(most)) : UINT64_MAX;
 }
 
-net::awaitable<Prechecked> precheck(store::Store& store, const Runtime& runtime, const Incoming& in,
-                                    const core::Clock& clock) {
-    Prechecked out;
+net::awaitable<Result<std::uint64_t>> precheck(store::Store& store, const Runtime& runtime, const Incoming& in,
+                                               const core::Clock& clock, std::optional<auth::Principal>& who) {
+    constexpr std::uint64_t k_no_limit = UINT64_MAX;
     const auto& cfg = *runtime.config;
-    if (!in.target.ok) co_return out;
-    out.who = runtime.keys.authenticate(in.key);
-    if (!out.who) co_return out;
+    if (!in.target.ok) co_return k_no_limit;
+    who = runtime.keys.authenticate(in.key);
+    if (!who) co_return k_no_limit;
     auto model = cost::sniff_model(in.body);
-    if (!model) co_return out;
+    if (!model) co_return k_no_limit;
     auto route = classify::match_route(cfg, in.target.path, *model);
-    if (!route) co_return out;
+    if (!route) co_return k_no_limit;
     const auto* m = cost::find_model(cfg.models, *model);
     double factor = m ? m->cost_factor : 1.0;
     // The least any request costs: no input, no output (the cost formula's minimums).
     auto least = cost::request_amounts(cfg.cost, factor, nullptr, 0, 0, false);
-    auto charges = classify::applicable_limits(cfg, {out.who->tenant, in.client_ip, *route, *model, least, {}});
+    auto charges = classify::applicable_limits(cfg, {who->tenant, in.client_ip, *route, *model, least, {}});
     auto status = co_await store.peek(charges);
-    if (status.unavailable) co_return out;
-    if (!status.allowed) {
-        out.refused = refused(status, charges, limiter::rate_limit_headers(status, clock.unix_now()));
-        co_return out;
-    }
-    out.count_limit = count_limit(cfg.cost, factor, charges, status);
-    co_return out;
+    if (status.unavailable) co_return k_no_limit;
+    if (!status.allowed) co_return refused(status, charges, limiter::rate_limit_headers(status, clock.unix_now()));
+    co_return count_limit(cfg.cost, factor, charges, status);
 }
 
 }  // namespace tokengate::server::pipeline

@@ -19,16 +19,12 @@ namespace tokengate::server::pipeline {
 
 namespace net = boost::asio;
 
-struct Prechecked {
-    std::optional<auth::Principal> who;      // set when the key is known, for the log
-    std::optional<Rejection> refused;        // a 429: refused even at the least cost
-    std::uint64_t count_limit = UINT64_MAX;  // past this many input tokens no limit could admit it
-};
-
-/// Nothing is charged. A request precheck cannot read (bad path, key or JSON, no route) goes
-/// on to admit(), which says why.
-net::awaitable<Prechecked> precheck(store::Store& store, const Runtime& runtime, const Incoming& in,
-                                    const core::Clock& clock);
+/// How many input tokens to count at most (past them no limit could admit the request), or a
+/// 429: refused even at the least cost. Nothing is charged. `who` is set when the key is known,
+/// for the log. A request precheck cannot read (bad path, key or JSON, no route) goes on to
+/// admit(), which says why.
+net::awaitable<Result<std::uint64_t>> precheck(store::Store& store, const Runtime& runtime, const Incoming& in,
+                                               const core::Clock& clock, std::optional<auth::Principal>& who);
 
 /// The most input tokens any of these limits could admit (their capacity, in tokens), or
 /// UINT64_MAX; `status` gives a quota's top-ups.

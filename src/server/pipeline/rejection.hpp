@@ -7,6 +7,7 @@
 
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "tokengate/limiter/headers.hpp"
@@ -24,6 +25,18 @@ struct Rejection {
     std::string_view level;                     // a limit's refusal: its level and name, for metrics and the log
     std::string_view limit;
 };
+
+/// What every stage returns: the value the next stage takes (std::monostate when there is
+/// none), or the refusal the request ends with. What a stage read that the access log keeps
+/// whether or not it refused (the key's owner, an upstream's load) it reports beside this.
+template <class T>
+using Result = std::variant<T, Rejection>;
+
+/// The refusal in a stage's result, or null when the request goes on.
+template <class T>
+const Rejection* refusal(const Result<T>& result) {
+    return std::get_if<Rejection>(&result);
+}
 
 /// The whole answer as it goes on the wire (SPEC §6's error body).
 std::string render(const Rejection& rejection, unsigned version, bool keep_alive, std::string_view request_id);

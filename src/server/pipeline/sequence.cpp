@@ -30,10 +30,11 @@ void record_admission(const Runtime& runtime, const Admitted& admitted, RequestR
 net::awaitable<Outcome> proceed(const StageServices& s, const Runtime& runtime, Admitted& admitted, RequestRecord& rec,
                                 Ends& ends) {
     const auto& cost = runtime.config->cost;
-    auto load = shed(runtime, admitted, s.clock.now());
-    rec.load_queue = load.queue;
-    rec.load_kv_cache = load.kv_cache;
-    if (load.refused) co_return refuse(rec, std::move(*load.refused));
+    auto load = read_load(runtime, admitted.route, s.clock.now());
+    rec.load_queue = load.least_queue();
+    rec.load_kv_cache = load.least_kv_cache();
+    auto overloaded = shed(*runtime.config, admitted, load);
+    if (auto* no = std::get_if<Rejection>(&overloaded)) co_return refuse(rec, std::move(*no));
 
     auto seen = [&ends](const limiter::Decision& d) { ends.decided(d); };
     auto limited =

@@ -6,21 +6,29 @@
 // ones pass.
 
 #include <optional>
+#include <variant>
+#include <vector>
 
 #include "admit.hpp"
 #include "rejection.hpp"
+#include "tokengate/proxy/balance.hpp"
 #include "tokengate/server/runtime.hpp"
 
 namespace tokengate::server::pipeline {
 
-struct ShedCheck {
-    std::optional<Rejection> refused;  // the 503 server_overloaded to answer
-    /// The load the check read, for the access log (and simulate's replay of it): the least
-    /// queue and KV cache among the route's available upstreams, while all their signals are live.
-    std::optional<double> queue, kv_cache;
+/// The load of a route's available upstreams, as shedding reads it; kept in the access log
+/// whether or not the request was shed (simulate replays it).
+struct LoadSeen {
+    /// Each available upstream's signals, the queue counting what was sent since the scrape;
+    /// empty when any of them is not live (nobody is shed on a guess) or none is available.
+    std::vector<proxy::UpstreamLoad::Signals> upstreams;
+    std::optional<double> least_queue() const;
+    std::optional<double> least_kv_cache() const;
 };
 
-/// An upstream whose signals are not live counts as not overloaded: nobody is shed on a guess.
-ShedCheck shed(const Runtime& runtime, const Admitted& admitted, core::Nanos now);
+LoadSeen read_load(const Runtime& runtime, std::size_t route, core::Nanos now);
+
+/// The 503 server_overloaded for a sheddable tier while every upstream seen is past `overload`.
+Result<std::monostate> shed(const config::GatewayConfig& config, const Admitted& admitted, const LoadSeen& load);
 
 }  // namespace tokengate::server::pipeline
