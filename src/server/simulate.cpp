@@ -28,7 +28,7 @@
 #include "tokengate/proxy/balance.hpp"
 #include "tokengate/proxy/target.hpp"
 #include "tokengate/server/runtime.hpp"
-#include "tokengate/store/store.hpp"
+#include "tokengate/store/local_store.hpp"
 
 namespace tokengate::server {
 
@@ -41,6 +41,8 @@ constexpr core::Nanos k_s = core::k_nanos_per_second;
 constexpr double k_max_t = 10.0 * 365 * 86400;
 constexpr double k_max_duration = 7.0 * 86400;
 constexpr std::size_t k_max_remembered_keys = 100'000;
+// The most live-budget charges one simulated stream makes (SPEC §17's blocks).
+constexpr std::uint64_t k_max_blocks = 10'000;
 
 [[noreturn]] void bad(std::size_t line, const std::string& why) {
     throw TraceError("line " + std::to_string(line) + ": " + why);
@@ -556,10 +558,13 @@ private:
     /// its duration; a refused block ends it where it is (SPEC §17).
     net::awaitable<std::uint64_t> relay(pipeline::LiveBudget& live, std::uint64_t output, core::Nanos from,
                                         core::Nanos to, bool& stopped) {
+        // A line may claim any output: past k_max_blocks blocks, several are charged at a time.
+        auto every = sim_.runtime_.config->cost.stream_charge_every;
+        auto blocks = (output - std::min(output, live.covered())) / every / k_max_blocks + 1;
         while (live.covered() < output) {
             auto share = static_cast<double>(live.covered()) / static_cast<double>(output);
             co_await sleep_until(sim_.clock_, from + static_cast<core::Nanos>(share * static_cast<double>(to - from)));
-            if (!co_await live.extend(sim_.store_)) {
+            if (!co_await live.extend(sim_.store_, blocks)) {
                 stopped = true;
                 co_return live.covered();
             }

@@ -2,6 +2,7 @@
 
 #include "services.hpp"
 #include "tokengate/redis/redis_store.hpp"
+#include "tokengate/store/local_store.hpp"
 #include "tokengate/tls/context.hpp"
 
 namespace tokengate::server {

@@ -1,4 +1,4 @@
-#include "tokengate/store/store.hpp"
+#include "tokengate/store/local_store.hpp"
 
 namespace tokengate::store {
 

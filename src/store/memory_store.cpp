@@ -250,8 +250,8 @@ std::size_t MemoryStore::evict_idle() {
     return evicted;
 }
 
-MemoryStore::Saved MemoryStore::save() const {
-    Saved out;
+Snapshot MemoryStore::save() const {
+    Snapshot out;
     auto now = clock_.now();
     auto unix_now = clock_.unix_now();
     for (const auto& shard : shards_) {
@@ -271,7 +271,7 @@ MemoryStore::Saved MemoryStore::save() const {
     return out;
 }
 
-std::size_t MemoryStore::restore(const Saved& saved, core::Nanos downtime) {
+std::size_t MemoryStore::restore(const Snapshot& saved, core::Nanos downtime) {
     auto now = clock_.now();
     auto unix_now = clock_.unix_now();
     double down_s = static_cast<double>(std::max<core::Nanos>(0, downtime)) / core::k_nanos_per_second;

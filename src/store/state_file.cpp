@@ -49,7 +49,7 @@ private:
     std::size_t at_ = 0;
 };
 
-bool in_range(const MemoryStore::SavedQuota& q) {
+bool in_range(const SavedQuota& q) {
     return std::isfinite(q.used) && q.used >= 0 && q.used <= core::k_max_counter && std::isfinite(q.added) &&
            q.added >= 0 && q.added <= core::k_max_counter && q.window.start < q.window.end;
 }
@@ -60,7 +60,7 @@ void put_key(std::string& out, std::string_view key) {
     out.append(key);
 }
 
-bool in_range(const MemoryStore::SavedBucket& b) {
+bool in_range(const SavedBucket& b) {
     // The config loader's own bounds for a limit (docs/hardening.md).
     return std::isfinite(b.capacity) && b.capacity > 0 && b.capacity <= 1e15 && std::isfinite(b.rate_per_s) &&
            b.rate_per_s >= 1e-9 && b.rate_per_s <= 1e12 && std::isfinite(b.tokens) &&
@@ -123,7 +123,7 @@ StateSnapshot decode_state(std::string_view bytes) {
     auto& levels = s.levels;
     levels.buckets.reserve(buckets);
     for (std::uint64_t i = 0; i < buckets; ++i) {
-        MemoryStore::SavedBucket b;
+        SavedBucket b;
         auto key_size = in.get<std::uint16_t>("a record");
         b.key = std::string(in.take(key_size, "a record"));
         b.capacity = in.get<double>("a record");
@@ -134,7 +134,7 @@ StateSnapshot decode_state(std::string_view bytes) {
     }
     levels.quotas.reserve(quotas);
     for (std::uint64_t i = 0; i < quotas; ++i) {
-        MemoryStore::SavedQuota q;
+        SavedQuota q;
         auto key_size = in.get<std::uint16_t>("a quota");
         q.key = std::string(in.take(key_size, "a quota"));
         q.used = in.get<double>("a quota");

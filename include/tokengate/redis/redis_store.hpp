@@ -16,8 +16,7 @@
 #include "tokengate/limiter/decision.hpp"
 #include "tokengate/redis/breaker.hpp"
 #include "tokengate/redis/connection.hpp"
-#include "tokengate/store/memory_store.hpp"
-#include "tokengate/store/store.hpp"
+#include "tokengate/store/local_store.hpp"
 
 namespace tokengate::redis {
 
@@ -105,8 +104,8 @@ public:
     /// The stand-in's buckets and queues: the only ones this process keeps.
     std::vector<std::pair<std::string, std::size_t>> queue_depths() const override { return local_.queue_depths(); }
     std::size_t evict_idle() override { return local_.evict_idle(); }
-    store::MemoryStore::Saved save() const override { return local_.save(); }
-    std::size_t restore(const store::MemoryStore::Saved& saved, core::Nanos downtime) override {
+    store::Snapshot save() const override { return local_.save(); }
+    std::size_t restore(const store::Snapshot& saved, core::Nanos downtime) override {
         return local_.restore(saved, downtime);
     }
     /// A waiter in a ranked queue asks again at least this often: to hear that it moved up or

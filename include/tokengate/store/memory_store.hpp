@@ -13,6 +13,7 @@
 #include "tokengate/core/clock.hpp"
 #include "tokengate/limiter/decision.hpp"
 #include "tokengate/limiter/quota.hpp"
+#include "tokengate/store/snapshot.hpp"
 
 namespace tokengate::store {
 
@@ -49,34 +50,16 @@ public:
     void queue_cancel(const limiter::Charge& charge, std::uint64_t ticket);
     void queue_set_waker(const limiter::Charge& charge, std::uint64_t ticket, std::function<void()> wake);
 
-    /// A rate bucket's level, as a state file keeps it (store.state_file, SPEC §14).
-    struct SavedBucket {
-        std::string key;
-        double capacity = 0;
-        double rate_per_s = 0;
-        double tokens = 0;  // at the snapshot; below zero: a debt
-    };
-    /// A quota's count in its window, as a state file keeps it.
-    struct SavedQuota {
-        std::string key;
-        double used = 0;
-        double added = 0;
-        core::CalendarWindow window;  // Unix nanoseconds
-    };
-    struct Saved {
-        std::vector<SavedBucket> buckets;
-        std::vector<SavedQuota> quotas;
-    };
     /// Every token bucket and leaky meter that is not full (a full one is as good as none:
     /// evict_idle drops it), and every quota with something used or granted in a window not
     /// yet over. Queues and concurrency slots belong to connections, which a restart ends,
     /// and are not kept.
-    Saved save() const;
+    Snapshot save() const;
     /// Brings saved buckets back, each refilled by `downtime` at its rate; those full by now
     /// are left out. Their capacity and rate are the snapshot's until the first decision
     /// reconfigures them to the current config (absolute level kept, as on reload). Quotas
     /// come back in their window; one that has ended since is left out (it would start at 0).
-    std::size_t restore(const Saved& saved, core::Nanos downtime);
+    std::size_t restore(const Snapshot& saved, core::Nanos downtime);
 
     /// Drops buckets that are full again and hold no concurrency; returns how many.
     std::size_t evict_idle();

@@ -22,7 +22,7 @@ namespace tokengate::store {
 
 struct StateSnapshot {
     std::int64_t written_at_unix_ns = 0;
-    MemoryStore::Saved levels;
+    Snapshot levels;
 };
 
 /// What is wrong with a state file: truncated, corrupt, another version, a value out of range.

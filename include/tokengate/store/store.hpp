@@ -10,7 +10,9 @@
 
 #include "tokengate/core/clock.hpp"
 #include "tokengate/limiter/decision.hpp"
-#include "tokengate/store/memory_store.hpp"
+#include "tokengate/limiter/quota.hpp"
+#include "tokengate/limiter/shape_queue.hpp"
+#include "tokengate/store/snapshot.hpp"
 
 namespace tokengate::store {
 
@@ -44,9 +46,10 @@ public:
     virtual std::vector<std::pair<std::string, std::size_t>> queue_depths() const = 0;
     /// Drops the buckets kept in this process that are full again and hold nothing.
     virtual std::size_t evict_idle() = 0;
-    /// The levels kept in this process, for store.state_file (MemoryStore::save), and back.
-    virtual MemoryStore::Saved save() const = 0;
-    virtual std::size_t restore(const MemoryStore::Saved& saved, core::Nanos downtime) = 0;
+    /// The levels kept in this process, for store.state_file, and back (each bucket refilled by
+    /// `downtime`; what is full by now is left out): how many came back.
+    virtual Snapshot save() const = 0;
+    virtual std::size_t restore(const Snapshot& saved, core::Nanos downtime) = 0;
     /// Settlements not yet acknowledged by the store (a drain waits for them).
     virtual std::size_t settlements_outstanding() const { return 0; }
     /// Closes the store's connections; the event loops have stopped.
@@ -64,46 +67,6 @@ public:
     /// again; a queue that cannot call (a shared store's) is asked at its estimate instead.
     virtual void queue_set_waker(const limiter::Decision& decision, const limiter::Charge& charge, std::uint64_t ticket,
                                  std::function<void()> wake) = 0;
-};
-
-/// Queue turns for a decision whose charges this process's MemoryStore keeps (Keeper::memory);
-/// any other answers as a queue that holds nothing: start.
-namespace in_memory {
-limiter::ShapeQueue::StartCheck queue_turn(MemoryStore& memory, const limiter::Decision& decision,
-                                           const limiter::Charge& charge, std::uint64_t ticket);
-void queue_leave(MemoryStore& memory, const limiter::Decision& decision, const limiter::Charge& charge,
-                 std::uint64_t ticket);
-void queue_set_waker(MemoryStore& memory, const limiter::Decision& decision, const limiter::Charge& charge,
-                     std::uint64_t ticket, std::function<void()> wake);
-}  // namespace in_memory
-
-/// `store.backend: memory`.
-class LocalStore final : public Store {
-public:
-    explicit LocalStore(const core::Clock& clock) : memory_(clock) {}
-    net::awaitable<limiter::Decision> decide(std::span<const limiter::Charge> charges) override;
-    net::awaitable<limiter::Decision> peek(std::span<const limiter::Charge> charges) override;
-    net::awaitable<std::optional<limiter::QuotaState>> quota(const limiter::Charge& charge, double add,
-                                                             bool reset) override;
-    net::awaitable<bool> wait_ready(std::chrono::nanoseconds) override;
-    void settle(const limiter::Decision& decision, std::span<const limiter::Charge> charged,
-                const config::Amounts& actual) override;
-    std::vector<std::pair<std::string, std::size_t>> queue_depths() const override { return memory_.queue_depths(); }
-    std::size_t evict_idle() override { return memory_.evict_idle(); }
-    MemoryStore::Saved save() const override { return memory_.save(); }
-    std::size_t restore(const MemoryStore::Saved& saved, core::Nanos downtime) override {
-        return memory_.restore(saved, downtime);
-    }
-    net::awaitable<limiter::ShapeQueue::StartCheck> queue_turn(const limiter::Decision& decision,
-                                                               const limiter::Charge& charge,
-                                                               std::uint64_t ticket) override;
-    net::awaitable<void> queue_leave(const limiter::Decision& decision, const limiter::Charge& charge,
-                                     std::uint64_t ticket) override;
-    void queue_set_waker(const limiter::Decision& decision, const limiter::Charge& charge, std::uint64_t ticket,
-                         std::function<void()> wake) override;
-
-private:
-    MemoryStore memory_;
 };
 
 /// What waiting for a queue turn needs from the request: whether its client left, and where

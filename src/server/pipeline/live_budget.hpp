@@ -33,7 +33,8 @@ public:
     /// Charges the next block to every cost limit at once; false if any refused (or the store
     /// failed closed), or if it left less than the answers in flight may still take (their
     /// hold, answer_bound.hpp): the stream ends where it is, and settlement trues the block up.
-    net::awaitable<bool> extend(store::Store& store);
+    /// `blocks` at once: simulate's bound on the work an absurdly long stream may cost.
+    net::awaitable<bool> extend(store::Store& store, std::uint64_t blocks = 1);
     /// The charges the blocks went to, and what each took in all (cost units), for settlement.
     const std::vector<limiter::Charge>& charges() const { return charges_; }
     double charged() const { return charged_; }

@@ -18,6 +18,7 @@
 #include "server/pipeline/record.hpp"
 #include "server/services.hpp"
 #include "tokengate/config/loader.hpp"
+#include "tokengate/store/local_store.hpp"
 
 namespace tokengate::server::pipeline {
 namespace {
@@ -386,8 +387,8 @@ public:
     bool refusing() const override { return true; }
     std::vector<std::pair<std::string, std::size_t>> queue_depths() const override { return {}; }
     std::size_t evict_idle() override { return 0; }
-    store::MemoryStore::Saved save() const override { return {}; }
-    std::size_t restore(const store::MemoryStore::Saved&, core::Nanos) override { return 0; }
+    store::Snapshot save() const override { return {}; }
+    std::size_t restore(const store::Snapshot&, core::Nanos) override { return 0; }
     net::awaitable<limiter::ShapeQueue::StartCheck> queue_turn(const limiter::Decision&, const limiter::Charge&,
                                                                std::uint64_t) override {
         co_return limiter::ShapeQueue::StartCheck{false, true, 0};

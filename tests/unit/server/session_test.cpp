@@ -9,6 +9,7 @@
 #include "config_text.hpp"
 #include "server/services.hpp"
 #include "tokengate/config/loader.hpp"
+#include "tokengate/store/local_store.hpp"
 
 namespace tokengate::server {
 namespace {

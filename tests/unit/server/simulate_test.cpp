@@ -165,6 +165,35 @@ TEST(Simulate, TheStagesAfterAdmissionAreTheGatewaysOwn) {
     EXPECT_EQ(result.decisions[5].status, 429) << "nothing left for even min_output";
 }
 
+TEST(Simulate, AStreamClaimingAnyOutputIsReplayedInBoundedWork) {
+    // stop_at_budget with a learned reservation of 1: a line claiming 10^14 output tokens, paid
+    // block by block (one token a block) from a bucket that holds them, would take 10^14
+    // charges; it takes at most 10,000 and is paid for whole.
+    auto config = config::load_config_text(
+        "upstreams: [ { name: up, url: \"http://127.0.0.1:8000\" } ]\n"
+        "routes: [ { path: /v1/chat/completions, upstreams: [up] } ]\n"
+        "cost: { input: { per: 1, min: 1 }, output: { per: 1, min: 1 }, stream_surcharge: 0, output_estimate: "
+        "learned, learned: { min_samples: 1, window: 10 }, stop_at_budget: true, stream_charge_every: 1 }\n"
+        "tenants:\n  - { id: seed, keys: "
+        "[\"sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\"], limits: [ { name: tokens, "
+        "algorithm: token_bucket, capacity: 1000000000000000, rate: 1000000000/s, unit: cost } ] }\n",
+        "endless.yaml");
+    std::stringstream lines(
+        R"({"t": 0, "key": "test", "body": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}, )"
+        R"("usage": {"prompt_tokens": 9, "completion_tokens": 1}})"
+        "\n"
+        R"({"t": 1, "key": "test", "body": {"messages": [{"role": "user", "content": "hi"}], "stream": true, )"
+        R"("max_tokens": 100000000000000}, "usage": {"prompt_tokens": 9, "completion_tokens": 100000000000000}, )"
+        R"("duration_s": 60})"
+        "\n");
+    TraceStats stats;
+    auto result = simulate(config, read_trace(lines, stats));
+    ASSERT_EQ(result.decisions.size(), 2u);
+    EXPECT_EQ(result.decisions[1].status, 200);
+    EXPECT_FALSE(result.decisions[1].stopped);
+    EXPECT_EQ(result.decisions[1].completion_tokens, 100'000'000'000'000u);
+}
+
 TEST(Simulate, UnknownKeysAreCountedAs401) {
     std::stringstream lines(
         R"({"t": 0, "key": "nobody", "cost": 1})"
