@@ -258,7 +258,9 @@ private:
             : session_(session), rt_(rt), req_(req), target_(target), rec_(rec), reply_(reply) {}
         void admitted() override { session_.start_watching(); }
         store::TurnWatch turn_watch() override { return session_.turn_watch(); }
-        net::awaitable<void> not_started() override { co_await session_.stop_watching(); }
+        // Not coroutines themselves: each hands over the stage's own awaitable (a frame fewer).
+        net::awaitable<void> not_started() override { return session_.stop_watching(); }
+        net::awaitable<void> exchanged() override { return session_.stop_watching(); }
         net::awaitable<pipeline::Exchanged> exchange(const pipeline::Admitted& admitted, const pipeline::Permit& permit,
                                                      pipeline::LiveBudget* live) override {
             const auto& cfg = *rt_.config;
@@ -267,11 +269,8 @@ private:
                                        proxy::is_trusted_proxy(cfg.server.trusted_proxies, session_.peer_),
                                        rec_.request_id, stream.tls()};
             proxy::ClientSide client{stream, reply_.keep_alive, reply_.version, req_.method() == http::verb::head};
-            auto done = co_await pipeline::exchange(
-                session_.worker_,
-                {rt_, admitted, req_, target_, origin, permit.headers(), client, session_.watch_, live});
-            co_await session_.stop_watching();
-            co_return done;
+            return pipeline::exchange(session_.worker_, {rt_, admitted, req_, target_, origin, permit.headers(), client,
+                                                         session_.watch_, live});
         }
 
     private:

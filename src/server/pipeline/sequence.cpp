@@ -57,6 +57,7 @@ net::awaitable<Outcome> proceed(const StageServices& s, const Runtime& runtime, 
 
     LiveBudget live(cost, admitted, permit.decision(), s.answers_in_flight);
     auto done = co_await ends.exchange(admitted, permit, live.active() ? &live : nullptr);
+    co_await ends.exchanged();
     if (done.stopped) s.metrics.streams_stopped.add({rec.tenant});
     permit.held_more(live.charges(), live.charged());
     permit.settle(cost::settled_amounts(done.settled, admitted.reserved, admitted.price));

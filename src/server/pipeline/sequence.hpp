@@ -53,6 +53,8 @@ public:
     virtual net::awaitable<void> not_started() { co_return; }
     /// The exchange, with the permit's headers; `live` charges a stream as it goes.
     virtual net::awaitable<Exchanged> exchange(const Admitted& admitted, const Permit& permit, LiveBudget* live) = 0;
+    /// The exchange is over: the client is no longer watched.
+    virtual net::awaitable<void> exchanged() { co_return; }
 };
 
 /// How a request ended, for its answer; the access record has the rest.
