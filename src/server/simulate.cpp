@@ -101,7 +101,8 @@ TraceEntry access_entry(const json& j, std::size_t line) {
         e.model = j.contains("model") ? text(j, "model", line) : std::string();
         e.input_tokens = whole(j, "input_tokens", line);
         e.output_declared = whole(j, "output_declared", line);
-        e.sequences = std::min<std::uint64_t>(whole(j, "sequences", line), cost::k_max_sequences);
+        e.sequences =
+            j.contains("sequences") ? std::min<std::uint64_t>(whole(j, "sequences", line), cost::k_max_sequences) : 1;
         e.stream = flag(j, "stream", line);
         e.stopped = flag(j, "stopped", line);
     }

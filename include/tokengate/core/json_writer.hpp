@@ -19,6 +19,7 @@ void append_json_number(std::string& out, double value);
 class JsonObjectWriter {
 public:
     explicit JsonObjectWriter(std::string& out) : out_(out) { out_.push_back('{'); }
+    /// `key`s are written as they are: the caller's literals, with nothing to escape.
     JsonObjectWriter& string(std::string_view key, std::string_view value);
     JsonObjectWriter& number(std::string_view key, double value);
     JsonObjectWriter& integer(std::string_view key, std::uint64_t value);

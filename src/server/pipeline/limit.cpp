@@ -139,8 +139,7 @@ Rejection displaced(const limiter::Charge& queue) {
 
 net::awaitable<Result<Permit>> limit(store::Store& store, Admitted& admitted, const config::CostConfig& cost,
                                      std::string_view tenant, GatewayMetrics& metrics, const core::Clock& clock,
-                                     limiter::Exposure& answers_in_flight,
-                                     std::function<void(const limiter::Decision&)> seen) {
+                                     limiter::Exposure& answers_in_flight, DecisionSeen* seen) {
     auto decision = co_await store.decide(admitted.charges);
     if (decision.unavailable) co_return store_unavailable();
     if (!decision.allowed && cost.cap_output)
@@ -156,7 +155,7 @@ net::awaitable<Result<Permit>> limit(store::Store& store, Admitted& admitted, co
         }
     auto headers = limiter::rate_limit_headers(decision, clock.unix_now());
     observe(decision, tenant, metrics);
-    if (seen) seen(decision);
+    if (seen) seen->decided(decision);
     if (!decision.allowed) {
         auto no = refused(decision, admitted.charges, std::move(headers));
         if (admitted.summary.input_count_stopped && decision.never()) {

@@ -6,7 +6,6 @@
 
 #include <boost/asio/awaitable.hpp>
 
-#include <functional>
 #include <string_view>
 #include <variant>
 #include <vector>
@@ -25,6 +24,15 @@ struct GatewayMetrics;
 namespace tokengate::server::pipeline {
 
 namespace net = boost::asio;
+
+/// Who wants to see the decisions the limits take (simulate charts them).
+class DecisionSeen {
+public:
+    virtual void decided(const limiter::Decision& decision) = 0;
+
+protected:
+    ~DecisionSeen() = default;
+};
 
 /// An admitted request's hold on its buckets. settle() moves them from the reservation to
 /// what was actually used, once; a Permit destroyed unsettled keeps the reservation.
@@ -75,11 +83,10 @@ private:
 /// cost.cap_output, a request that only cost buckets refuse is capped (cap.hpp) and decided
 /// again; `admitted` then holds the capped admission. With cost.stop_at_budget, a non-stream
 /// answer is bounded beside the answers in flight (answer_bound.hpp): its bound may be lowered,
-/// or it is refused (429) and its charge given back. `seen` is shown the final decision.
+/// or it is refused (429) and its charge given back. `seen`, when given, is shown the final decision.
 net::awaitable<Result<Permit>> limit(store::Store& store, Admitted& admitted, const config::CostConfig& cost,
                                      std::string_view tenant, GatewayMetrics& metrics, const core::Clock& clock,
-                                     limiter::Exposure& answers_in_flight,
-                                     std::function<void(const limiter::Decision&)> seen = {});
+                                     limiter::Exposure& answers_in_flight, DecisionSeen* seen = nullptr);
 
 /// The 429 for a refused decision, with its headers (SPEC §6).
 Rejection refused(const limiter::Decision& decision, std::span<const limiter::Charge> charges,

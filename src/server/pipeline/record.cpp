@@ -51,10 +51,10 @@ void record(const RequestRecord& r, Worker& worker) {
     else w.number("ttfb_ms", static_cast<double>(r.first_byte - r.started) / 1e6);
     w.number("duration_ms", static_cast<double>(now - r.started) / 1e6);
     if (!r.route.empty()) {  // priced: what simulate needs to price the line again
-        w.integer("input_tokens", r.input_tokens)
-            .integer("output_declared", r.output_declared)
-            .integer("sequences", r.sequences)
-            .boolean("stream", r.stream);
+        w.integer("input_tokens", r.input_tokens).integer("output_declared", r.output_declared);
+        // Left out when usual (one sequence, no stream): every line's bytes cost every request.
+        if (r.sequences != 1) w.integer("sequences", r.sequences);
+        if (r.stream) w.boolean("stream", true);
         if (r.output_bound) w.integer("output_bound", r.output_bound);
         if (r.stopped) w.boolean("stopped", true);
     }

@@ -36,9 +36,7 @@ net::awaitable<Outcome> proceed(const StageServices& s, const Runtime& runtime, 
     auto overloaded = shed(*runtime.config, admitted, load);
     if (auto* no = std::get_if<Rejection>(&overloaded)) co_return refuse(rec, std::move(*no));
 
-    auto seen = [&ends](const limiter::Decision& d) { ends.decided(d); };
-    auto limited =
-        co_await limit(s.store, admitted, cost, rec.tenant, s.metrics, s.clock, s.answers_in_flight, std::move(seen));
+    auto limited = co_await limit(s.store, admitted, cost, rec.tenant, s.metrics, s.clock, s.answers_in_flight, &ends);
     if (auto* no = std::get_if<Rejection>(&limited)) co_return refuse(rec, std::move(*no));
     auto& permit = std::get<Permit>(limited);
     rec.cost_reserved = admitted.reserved.cost;

@@ -40,11 +40,11 @@ struct StageServices {
 };
 
 /// The request's two ends: its client, and what answers it.
-class Ends {
+class Ends : public DecisionSeen {
 public:
     virtual ~Ends() = default;
     /// Every decision the limits took on admission, refused or not (simulate charts them).
-    virtual void decided(const limiter::Decision&) {}
+    void decided(const limiter::Decision&) override {}
     /// Admitted: from here until the exchange ends, a client that leaves is noticed.
     virtual void admitted() {}
     /// A wait for queue turns needs to know whether the client left.

@@ -14,6 +14,9 @@ TEST(JsonWriter, EscapesAndStaysValidJson) {
         .number("cost", 11)
         .number("ms", 0.25)
         .integer("tokens", 64)
+        .integer("most", UINT64_MAX)
+        .boolean("stream", true)
+        .boolean("stopped", false)
         .null("ttfb");
     w.close();
     auto parsed = nlohmann::json::parse(out);  // throws if it is not valid JSON
@@ -22,6 +25,9 @@ TEST(JsonWriter, EscapesAndStaysValidJson) {
     EXPECT_NE(out.find("\"cost\":11.0"), std::string::npos) << out;
     EXPECT_NE(out.find("\"ms\":0.25"), std::string::npos);
     EXPECT_NE(out.find("\"tokens\":64"), std::string::npos);
+    EXPECT_EQ(parsed["most"].get<std::uint64_t>(), UINT64_MAX);
+    EXPECT_EQ(parsed["stream"], true);
+    EXPECT_EQ(parsed["stopped"], false);
     EXPECT_TRUE(parsed["ttfb"].is_null());
 }
 
