@@ -6,6 +6,7 @@
 #include <array>
 #include <optional>
 
+#include "tokengate/core/saturate.hpp"
 #include "tokengate/cost/cost.hpp"
 #include "tokengate/cost/count_budget.hpp"
 #include "tokengate/cost/image.hpp"
@@ -45,11 +46,6 @@ std::uint64_t tokens_in(element v, const Tokenizer* tokenizer) {
 }
 
 bool is_token_id(element v) { return v.is_int64() || v.is_uint64(); }
-
-std::uint64_t saturating_product(std::uint64_t a, std::uint64_t b) {
-    unsigned __int128 p = static_cast<unsigned __int128>(a) * b;
-    return p > UINT64_MAX ? UINT64_MAX : static_cast<std::uint64_t>(p);
-}
 
 /// A JSON pointer segment (RFC 6901: '~' and '/' escaped).
 std::string pointer_segment(std::string_view key) {
@@ -646,7 +642,7 @@ ParsedBody parse_request_body(std::string_view body, const config::CostConfig& c
     }
     if (!ok) return invalid(reader.error);
     if (!s.output_named) s.output_per_sequence = s.sequences ? cost.default_max_tokens : 0;
-    s.max_output_tokens = saturating_product(s.sequences, s.output_per_sequence);
+    s.max_output_tokens = core::saturating_product(s.sequences, s.output_per_sequence);
     out.model = reader.model();
     out.tokenizer = reader.tokenizer();
     s.input_count_stopped = reader.count_stopped();
@@ -662,7 +658,7 @@ ParsedBody parse_request_body(std::string_view body, const config::CostConfig& c
 void apply_model_default(RequestSummary& s, const config::ModelCost* model) {
     if (!model || !model->max_output_tokens || s.output_named || s.sequences == 0) return;
     s.output_per_sequence = *model->max_output_tokens;
-    s.max_output_tokens = saturating_product(s.sequences, s.output_per_sequence);
+    s.max_output_tokens = core::saturating_product(s.sequences, s.output_per_sequence);
 }
 
 }  // namespace tokengate::cost

@@ -289,7 +289,7 @@ private:
         if (in.body.size() <= rt.config->server.pricing_offload_bytes)
             co_return pipeline::admit(rt, in, services_.output_history, who);
         auto early = co_await pipeline::precheck(*services_.store, rt, in, services_.clock, who);
-        if (auto* no = pipeline::refusal(early)) co_return std::move(*no);
+        if (auto* no = std::get_if<pipeline::Rejection>(&early)) co_return std::move(*no);
         auto count_limit = std::get<std::uint64_t>(early);
         // A coroutine of the pool's own: awaiting it resumes this one on its event loop.
         auto price = [&]() -> net::awaitable<pipeline::Result<pipeline::Admitted>> {

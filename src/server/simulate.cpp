@@ -23,6 +23,7 @@
 #include "pipeline/sequence.hpp"
 #include "services.hpp"
 #include "tokengate/classify/classify.hpp"
+#include "tokengate/core/saturate.hpp"
 #include "tokengate/core/sha256.hpp"
 #include "tokengate/cost/output_history.hpp"
 #include "tokengate/proxy/balance.hpp"
@@ -230,9 +231,7 @@ cost::RequestSummary logged_summary(const TraceEntry& e) {
     s.output_per_sequence = e.output_declared;
     s.output_named = true;
     s.sequences = e.sequences;
-    s.max_output_tokens = e.output_declared != 0 && e.sequences > UINT64_MAX / e.output_declared
-                              ? UINT64_MAX
-                              : e.sequences * e.output_declared;
+    s.max_output_tokens = core::saturating_product(e.sequences, e.output_declared);
     return s;
 }
 

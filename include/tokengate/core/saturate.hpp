@@ -31,6 +31,12 @@ inline std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) {
     return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
+/// a × b, at most UINT64_MAX: sequences × output per sequence come from clients.
+inline std::uint64_t saturating_product(std::uint64_t a, std::uint64_t b) {
+    unsigned __int128 p = static_cast<unsigned __int128>(a) * b;
+    return p > UINT64_MAX ? UINT64_MAX : static_cast<std::uint64_t>(p);
+}
+
 /// 128-bit narrowing, saturating at ±bound.
 inline std::int64_t narrow_saturated(__int128 value, std::int64_t bound = k_forever) {
     if (value > bound) return bound;

@@ -2,16 +2,9 @@
 
 #include <algorithm>
 
+#include "tokengate/core/saturate.hpp"
+
 namespace tokengate::server::pipeline {
-
-namespace {
-
-std::uint64_t saturating_product(std::uint64_t a, std::uint64_t b) {
-    unsigned __int128 p = static_cast<unsigned __int128>(a) * b;
-    return p > UINT64_MAX ? UINT64_MAX : static_cast<std::uint64_t>(p);
-}
-
-}  // namespace
 
 cost::OutputHistory::Settings history_settings(const config::LearnedEstimate& learned) {
     return {learned.window, learned.quantile, learned.min_samples, learned.max_series};
@@ -42,7 +35,7 @@ OutputReservation estimate_output(const config::CostConfig& cost, const cost::Ou
     r.source = Source::learned;
     r.learned = true;
     r.per_sequence = r.quantile;
-    r.tokens = saturating_product(summary.sequences, r.per_sequence);
+    r.tokens = core::saturating_product(summary.sequences, r.per_sequence);
     return r;
 }
 

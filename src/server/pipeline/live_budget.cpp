@@ -1,8 +1,7 @@
 #include "live_budget.hpp"
 
-#include <algorithm>
-
 #include "answer_bound.hpp"
+#include "tokengate/core/saturate.hpp"
 
 namespace tokengate::server::pipeline {
 
@@ -16,8 +15,7 @@ LiveBudget::LiveBudget(const config::CostConfig& cost, const Admitted& admitted,
 
 net::awaitable<bool> LiveBudget::extend(store::Store& store, std::uint64_t blocks) {
     const auto& summary = admitted_.summary;
-    auto step = cost_.stream_charge_every * std::min<std::uint64_t>(blocks, UINT64_MAX / cost_.stream_charge_every);
-    auto next = covered_ > UINT64_MAX - step ? UINT64_MAX : covered_ + step;
+    auto next = core::saturating_add(covered_, core::saturating_product(cost_.stream_charge_every, blocks));
     // What the block adds to the request's price (its input and surcharge are already paid).
     double block = cost::request_cost(cost_, admitted_.cost_factor, summary.input_tokens, next, summary.stream) -
                    cost::request_cost(cost_, admitted_.cost_factor, summary.input_tokens, covered_, summary.stream);

@@ -32,12 +32,6 @@ struct Rejection {
 template <class T>
 using Result = std::variant<T, Rejection>;
 
-/// The refusal in a stage's result, or null when the request goes on.
-template <class T>
-const Rejection* refusal(const Result<T>& result) {
-    return std::get_if<Rejection>(&result);
-}
-
 /// The whole answer as it goes on the wire (SPEC §6's error body).
 std::string render(const Rejection& rejection, unsigned version, bool keep_alive, std::string_view request_id);
 

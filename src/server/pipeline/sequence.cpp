@@ -11,7 +11,7 @@ Outcome refuse(RequestRecord& rec, Rejection no, bool keep_alive = true) {
     rec.status = static_cast<unsigned>(no.status);
     rec.rejected_level = no.level;
     rec.rejected_limit = no.limit;
-    return {std::move(no), keep_alive, false};
+    return {std::move(no), keep_alive};
 }
 
 }  // namespace
@@ -49,7 +49,7 @@ net::awaitable<Outcome> proceed(const StageServices& s, const Runtime& runtime, 
         if (turn.displaced_from) co_return refuse(rec, displaced(*turn.displaced_from));
         if (!turn.started()) {
             rec.status = 499;
-            co_return Outcome{{}, false, true};
+            co_return Outcome{{}, false};
         }
     }
 
@@ -68,7 +68,7 @@ net::awaitable<Outcome> proceed(const StageServices& s, const Runtime& runtime, 
     rec.stopped = done.stopped;
     if (done.rejection) co_return refuse(rec, std::move(*done.rejection), done.keep_alive);
     rec.status = done.status;
-    co_return Outcome{{}, done.keep_alive, false};
+    co_return Outcome{{}, done.keep_alive};
 }
 
 }  // namespace tokengate::server::pipeline

@@ -60,8 +60,7 @@ public:
 /// How a request ended, for its answer; the access record has the rest.
 struct Outcome {
     std::optional<Rejection> refusal;  // to answer instead of (or, after a failed exchange, in place of) a response
-    bool keep_alive = false;           // after an exchange: whether the client connection stays
-    bool client_left = false;          // while queued: nothing to answer
+    bool keep_alive = false;           // whether the client connection stays (not when it left while queued)
 };
 
 /// Runs the stages for an admitted request and fills `rec` as they go (SPEC §9).
