@@ -135,10 +135,14 @@ ImageProbe probe_data_url(std::string_view url) {
     if (comma == std::string_view::npos) return malformed("a data URL without its data");
     auto meta = url.substr(5, comma - 5);
     if (meta.size() < 7 || meta.substr(meta.size() - 7) != ";base64") return malformed("a data URL that is not base64");
-    Base64Bytes bytes(url.substr(comma + 1));
+    return probe_base64(url.substr(comma + 1));
+}
+
+ImageProbe probe_base64(std::string_view data) {
+    Base64Bytes bytes(data);
     std::array<std::uint8_t, 24> h{};
     auto have = std::min<std::size_t>(h.size(), bytes.size());
-    if (!bytes.read(0, have, h.data())) return malformed("a data URL with bad base64");
+    if (!bytes.read(0, have, h.data())) return malformed("bad base64");
     auto starts = [&](std::string_view magic) {
         return have >= magic.size() && std::equal(magic.begin(), magic.end(), h.begin(), [](char m, std::uint8_t c) {
                    return static_cast<std::uint8_t>(m) == c;

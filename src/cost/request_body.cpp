@@ -19,7 +19,8 @@ namespace {
 using simdjson::dom::element;
 using simdjson::dom::element_type;
 
-constexpr std::uint64_t k_reply_priming = 3;  // the template's opening of the assistant's turn
+constexpr std::uint64_t k_reply_priming = 3;   // the template's opening of the assistant's turn
+constexpr std::uint64_t k_block_overhead = 1;  // an Anthropic content block other than text (SPEC §20)
 
 /// Tokens for every string inside a JSON value (tool schemas, content parts, tool calls).
 std::uint64_t tokens_in(element v, const Tokenizer* tokenizer) {
@@ -120,6 +121,7 @@ public:
     bool tgi(bool stream_path);
     bool sglang();
     bool infill();
+    bool anthropic_messages();
 
 private:
     bool fail(std::string message) {
@@ -151,6 +153,8 @@ private:
     /// prompts (a flat array of ids is one).
     bool texts_or_ids(element v, std::string_view key, std::uint64_t& items);
     bool strings_or_objects(std::string_view key);
+    /// An array the template renders whole (tools, functions, documents): every key and string.
+    bool rendered_array(std::string_view key);
     /// Chat `messages`: every value of every message (role and name too: the template renders them).
     bool messages(element v);
     /// Completions' `prompt_embeds`: refused unless the model prices them by decoded size.
@@ -160,6 +164,10 @@ private:
     bool content_tokens(element v, std::uint64_t& tokens);
     bool media_part(simdjson::dom::object part, std::string_view type, std::uint64_t& tokens, bool& was_media);
     bool image(element url_or_object, std::string_view detail, std::uint64_t& tokens);
+    /// Anthropic content: a string, or blocks priced by type (SPEC §20).
+    bool anthropic_content(element v, std::uint64_t& tokens);
+    bool anthropic_block(simdjson::dom::object block, std::uint64_t& tokens);
+    bool anthropic_source(simdjson::dom::object source, bool document, std::uint64_t& tokens);
     void name_output(std::optional<std::uint64_t> limit, OutputField field) {
         s_.output_named = limit.has_value();
         if (limit) s_.output_per_sequence = *limit;
@@ -367,19 +375,12 @@ bool BodyReader::chat() {
     element v;
     if (get("messages", v) && !messages(v)) return false;
     // RAG documents and the template's own arguments are rendered into the prompt too.
-    if (get("documents", v)) {
-        if (!v.is_array()) return fail("'documents' must be an array");
-        s_.input_tokens += tokens_in(v, tokenizer_);
-    }
+    if (!rendered_array("documents")) return false;
     if (get("chat_template_kwargs", v)) {
         if (!v.is_object()) return fail("'chat_template_kwargs' must be an object");
         s_.input_tokens += tokens_in(v, tokenizer_);
     }
-    for (std::string_view key : {"tools", "functions"})
-        if (get(key, v)) {
-            if (!v.is_array()) return fail_field(key, "must be an array");
-            s_.input_tokens += tokens_in(v, tokenizer_);
-        }
+    if (!rendered_array("tools") || !rendered_array("functions")) return false;
     if (get("response_format", v)) {
         if (!v.is_object()) return fail("'response_format' must be an object");
         s_.input_tokens += tokens_in(v, tokenizer_);
@@ -450,6 +451,14 @@ bool BodyReader::strings_or_objects(std::string_view key) {
     return true;
 }
 
+bool BodyReader::rendered_array(std::string_view key) {
+    element v;
+    if (!get(key, v)) return true;
+    if (!v.is_array()) return fail_field(key, "must be an array");
+    s_.input_tokens += tokens_in(v, tokenizer_);
+    return true;
+}
+
 bool BodyReader::rerank() {
     for (std::string_view key : {"query", "documents", "text_1", "text_2"})
         if (!strings_or_objects(key)) return false;
@@ -467,10 +476,7 @@ bool BodyReader::responses() {
         if (!v.is_string() && !v.is_array()) return fail("'input' must be a string or an array of items");
         if (!content_tokens(v, s_.input_tokens)) return false;
     }
-    if (get("tools", v)) {
-        if (!v.is_array()) return fail("'tools' must be an array");
-        s_.input_tokens += tokens_in(v, tokenizer_);
-    }
+    if (!rendered_array("tools")) return false;
     std::optional<std::uint64_t> max_output_tokens;
     if (!count(root_, "max_output_tokens", max_output_tokens)) return false;
     name_output(max_output_tokens, OutputField::max_output_tokens);
@@ -529,6 +535,122 @@ bool BodyReader::infill() {
     return true;
 }
 
+bool BodyReader::anthropic_source(simdjson::dom::object source, bool document, std::uint64_t& tokens) {
+    std::string_view type, text;
+    if (source["type"].get_string().get(type) != simdjson::SUCCESS) return fail("a block's 'source' needs its 'type'");
+    if (type == "text") {  // a document's plain text
+        if (source["data"].get_string().get(text) != simdjson::SUCCESS) return fail("a text source needs its 'data'");
+        tokens += count_text(text, tokenizer_);
+        return true;
+    }
+    if (type == "content") {  // a document made of blocks
+        element content;
+        if (source["content"].get(content) != simdjson::SUCCESS) return fail("a content source needs its 'content'");
+        return anthropic_content(content, tokens);
+    }
+    if (!document && type == "base64") {  // its base64 is never text: its header gives its size
+        if (source["data"].get_string().get(text) != simdjson::SUCCESS) return fail("a base64 source needs its 'data'");
+        ++s_.images;
+        auto probe = probe_base64(text);
+        switch (probe.result) {
+            case ImageProbe::Result::size: tokens += image_tokens(probe.size, model_->image_tokens, false); break;
+            case ImageProbe::Result::unreadable: tokens += model_->image_default_tokens; break;
+            case ImageProbe::Result::malformed: return fail("an image block holds " + std::string(probe.why));
+        }
+        return true;
+    }
+    // An image behind a URL or a file id, a PDF: sizes that are not in the request.
+    if (document) tokens += model_->media_default_tokens;
+    else {
+        ++s_.images;
+        tokens += model_->image_default_tokens;
+    }
+    return true;
+}
+
+bool BodyReader::anthropic_block(simdjson::dom::object block, std::uint64_t& tokens) {
+    std::string_view type, text;
+    if (block["type"].get_string().get(type) != simdjson::SUCCESS) return fail("each content block needs its 'type'");
+    element v;
+    auto text_of = [&](std::string_view key) {
+        if (block[key].get_string().get(text) == simdjson::SUCCESS) tokens += count_text(text, tokenizer_);
+    };
+    if (type == "text") {  // as a chat text part: its text alone
+        text_of("text");
+        return true;
+    }
+    // Any other block is rendered inside markers of its template's own: a token for them.
+    tokens += k_block_overhead;
+    if (type == "image" || type == "document") {
+        simdjson::dom::object source;
+        if (block["source"].get_object().get(source) != simdjson::SUCCESS)
+            return fail_field(type, "blocks need their 'source' object");
+        if (type == "document") text_of("title"), text_of("context");
+        return anthropic_source(source, type == "document", tokens);
+    }
+    if (type == "tool_use" || type == "server_tool_use") {
+        text_of("name");
+        if (get(block, "input", v)) tokens += tokens_in(v, tokenizer_);
+        return true;
+    }
+    if (type == "tool_result") return !get(block, "content", v) || anthropic_content(v, tokens);
+    if (type == "thinking") {
+        text_of("thinking");
+        return true;
+    }
+    // redacted_thinking, search results and whatever comes next: every string in the block.
+    for (auto it = block.begin(); it != block.end(); ++it)
+        if (it.key() != "type") tokens += tokens_in(it.value(), tokenizer_);
+    return true;
+}
+
+bool BodyReader::anthropic_content(element v, std::uint64_t& tokens) {
+    if (v.is_string()) {
+        tokens += count_text(std::string_view(v.get_string().value_unsafe()), tokenizer_);
+        return true;
+    }
+    simdjson::dom::array blocks;
+    if (v.get_array().get(blocks) != simdjson::SUCCESS) return fail("content must be a string or an array of blocks");
+    for (element b : blocks) {
+        simdjson::dom::object block;
+        if (b.get_object().get(block) != simdjson::SUCCESS) return fail("each content block must be an object");
+        if (!anthropic_block(block, tokens)) return false;
+    }
+    return true;
+}
+
+bool BodyReader::anthropic_messages() {
+    element v;
+    // The system prompt is rendered as a message of its own, as chat's system message is.
+    if (get("system", v)) {
+        if (!v.is_string() && !v.is_array()) return fail("'system' must be a string or an array of text blocks");
+        s_.input_tokens += model_->message_overhead + count_text("system", tokenizer_);
+        if (!anthropic_content(v, s_.input_tokens)) return false;
+    }
+    if (get("messages", v)) {
+        simdjson::dom::array list;
+        if (v.get_array().get(list) != simdjson::SUCCESS) return fail("'messages' must be an array");
+        for (element m : list) {
+            simdjson::dom::object message;
+            if (m.get_object().get(message) != simdjson::SUCCESS)
+                return fail("each entry of 'messages' must be an object");
+            s_.input_tokens += model_->message_overhead;
+            std::string_view role;
+            if (message["role"].get_string().get(role) == simdjson::SUCCESS)
+                s_.input_tokens += count_text(role, tokenizer_);
+            element content;
+            if (get(message, "content", content) && !anthropic_content(content, s_.input_tokens)) return false;
+        }
+        s_.input_tokens += k_reply_priming;
+    }
+    if (!rendered_array("tools")) return false;
+    std::optional<std::uint64_t> max_tokens;
+    if (!count(root_, "max_tokens", max_tokens)) return false;
+    // The API requires max_tokens; a body without it reserves the default, written upstream.
+    name_output(max_tokens, OutputField::max_tokens);
+    return true;
+}
+
 }  // namespace
 
 const char* to_string(Endpoint e) {
@@ -541,6 +663,8 @@ const char* to_string(Endpoint e) {
         case Endpoint::tgi: return "tgi";
         case Endpoint::sglang: return "sglang";
         case Endpoint::infill: return "infill";
+        case Endpoint::messages: return "messages";
+        case Endpoint::count_tokens: return "count_tokens";
         case Endpoint::unknown: break;
     }
     return "unknown";
@@ -560,6 +684,8 @@ Endpoint endpoint_for_path(std::string_view path) {
     if (last == "responses") return Endpoint::responses;
     if (last == "generate" || last == "generate_stream") return Endpoint::tgi;
     if (last == "infill") return Endpoint::infill;
+    if (last == "messages") return Endpoint::messages;
+    if (last == "count_tokens" && before.ends_with("/messages")) return Endpoint::count_tokens;
     return Endpoint::unknown;
 }
 
@@ -619,7 +745,10 @@ ParsedBody parse_request_body(std::string_view body, const config::CostConfig& c
         return root.at_key(key).get(v) == simdjson::SUCCESS;
     };
     if (s.endpoint == Endpoint::unknown) {
-        if (has("messages")) s.endpoint = Endpoint::chat;
+        element system;
+        bool anthropic =
+            has("anthropic_version") || (root.at_key("system").get(system) == simdjson::SUCCESS && system.is_array());
+        if (has("messages")) s.endpoint = anthropic ? Endpoint::messages : Endpoint::chat;
         else if (has("prompt")) s.endpoint = Endpoint::completions;
         else if (has("inputs")) s.endpoint = Endpoint::tgi;
     }
@@ -638,6 +767,11 @@ ParsedBody parse_request_body(std::string_view body, const config::CostConfig& c
         case Endpoint::tgi: ok = ok && reader.tgi(path.ends_with("generate_stream")); break;
         case Endpoint::sglang: ok = ok && reader.sglang(); break;
         case Endpoint::infill: ok = ok && reader.infill(); break;
+        case Endpoint::messages: ok = ok && reader.anthropic_messages(); break;
+        case Endpoint::count_tokens:  // priced as the request it counts; it generates nothing
+            ok = ok && reader.anthropic_messages();
+            s.sequences = 0;
+            break;
         case Endpoint::unknown: s.sequences = 0; break;  // not a shape we know: the minimum cost
     }
     if (!ok) return invalid(reader.error);

@@ -7,9 +7,10 @@
 #include "tokengate/cost/cost.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-    static constexpr std::array<std::string_view, 10> k_paths = {
-        "/v1/chat/completions", "/v1/completions", "/v1/embeddings",  "/v1/rerank", "/v1/responses", "/generate",
-        "/generate_stream",     "/pooling",        "/somewhere/else", "/infill"};
+    static constexpr std::array<std::string_view, 12> k_paths = {
+        "/v1/chat/completions", "/v1/completions", "/v1/embeddings",   "/v1/rerank",
+        "/v1/responses",        "/generate",       "/generate_stream", "/pooling",
+        "/somewhere/else",      "/infill",         "/v1/messages",     "/v1/messages/count_tokens"};
     if (size == 0) return 0;
     auto path = k_paths[data[0] % k_paths.size()];
     std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);

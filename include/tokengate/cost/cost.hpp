@@ -13,9 +13,25 @@ namespace tokengate::cost {
 
 /// SPEC §11, §17: what kind of request a body is. The path's last segment decides; on any other
 /// path, `messages` is chat, `prompt` completions, `inputs` TGI native. `/generate` with `text`
-/// or `input_ids` is SGLang's native API; `/infill` is llama.cpp's.
-enum class Endpoint { unknown, chat, completions, embeddings, rerank, responses, tgi, sglang, infill };
+/// or `input_ids` is SGLang's native API; `/infill` is llama.cpp's. `/messages` is Anthropic's
+/// Messages API (SPEC §20), as is, on any other path, a body with `messages` and
+/// `anthropic_version` or a `system` array; `/messages/count_tokens` counts one without running it.
+enum class Endpoint {
+    unknown,
+    chat,
+    completions,
+    embeddings,
+    rerank,
+    responses,
+    tgi,
+    sglang,
+    infill,
+    messages,
+    count_tokens
+};
 const char* to_string(Endpoint endpoint);
+/// Anthropic's Messages API: its errors and rate-limit headers are answered in its shape.
+inline bool is_anthropic(Endpoint e) { return e == Endpoint::messages || e == Endpoint::count_tokens; }
 /// The endpoint a path names by its last segment ("/x/v1/chat/completions", "/generate"), or
 /// unknown.
 Endpoint endpoint_for_path(std::string_view path);
@@ -56,6 +72,7 @@ struct RequestSummary {
     /// Whether the gateway asks a stream for its usage (chat and completions only: the
     /// Responses API and TGI report it in their final events unasked).
     bool injects_stream_usage() const { return endpoint == Endpoint::chat || endpoint == Endpoint::completions; }
+    bool anthropic() const { return is_anthropic(endpoint); }
 };
 
 /// The most sequences one request may ask for (`n`, `best_of`): OpenAI's bound for `n`.
@@ -109,9 +126,10 @@ std::uint64_t estimate_tokens(std::string_view text);
 /// Costs are clamped here: above every limit's capacity, finite for every store.
 inline constexpr double k_max_cost = 1e18;
 
-/// The cost formula of SPEC §5, at most k_max_cost.
+/// The cost formula of SPEC §5, at most k_max_cost; `cached_tokens` of the input count
+/// `cost.cached_input_factor` each (SPEC §20).
 double request_cost(const config::CostConfig& cost, double cost_factor, std::uint64_t input_tokens,
-                    std::uint64_t output_tokens, bool stream);
+                    std::uint64_t output_tokens, bool stream, std::uint64_t cached_tokens = 0);
 
 /// US dollars for these tokens at `price` (per million; cached prompt tokens at cached_input).
 /// No price: 0 (SPEC §14). At most k_max_cost.

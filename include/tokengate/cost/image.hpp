@@ -29,6 +29,8 @@ struct ImageProbe {
 /// (a few dozen, or for JPEG the segment headers up to the frame header): a 4 MB image costs
 /// microseconds, and its base64 is never counted as text.
 ImageProbe probe_data_url(std::string_view url);
+/// The same for an image's bare base64 (the Anthropic Messages API's `source.data`).
+ImageProbe probe_base64(std::string_view data);
 
 /// SPEC §11's tokens for one image under the model's scheme: tiles (OpenAI's high-detail rule:
 /// fit in 2048×2048, shortest side to 768, then base + per_tile × 512-pixel tiles; `low`

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "tokengate/cost/cost.hpp"
+#include "tokengate/cost/image.hpp"
 
 namespace tokengate::cost {
 namespace {
@@ -198,6 +199,120 @@ TEST(RequestBody, TheModelsOwnDefaultOutputAppliesWhenTheRequestNamesNone) {
     auto embeddings = priced("/v1/embeddings", R"({"input":"a"})");
     apply_model_default(embeddings, &model);
     EXPECT_EQ(embeddings.max_output_tokens, 0u) << "never for embeddings";
+}
+
+}  // namespace
+}  // namespace tokengate::cost
+
+namespace tokengate::cost {
+namespace {
+
+// SPEC §20: Anthropic's Messages API. Token counts by the heuristic here; the table against the
+// reference tokenizer runs through the binary (tiktoken_reference_test.cpp).
+TEST(MessagesBody, PathAndBodyNameTheEndpoint) {
+    EXPECT_EQ(endpoint_for_path("/v1/messages"), Endpoint::messages);
+    EXPECT_EQ(endpoint_for_path("/anthropic/v1/messages/"), Endpoint::messages);
+    EXPECT_EQ(endpoint_for_path("/v1/messages/count_tokens"), Endpoint::count_tokens);
+    EXPECT_EQ(endpoint_for_path("/v1/count_tokens"), Endpoint::unknown);
+    EXPECT_EQ(priced("/x", R"({"anthropic_version":"bedrock-2023-05-31","messages":[]})").endpoint, Endpoint::messages);
+    EXPECT_EQ(priced("/x", R"({"system":[{"type":"text","text":"a"}],"messages":[]})").endpoint, Endpoint::messages);
+    EXPECT_EQ(priced("/x", R"({"system":"a","messages":[]})").endpoint, Endpoint::chat)
+        << "a string system alone does not tell";
+}
+
+TEST(MessagesBody, SystemBlocksToolsAndMaxTokens) {
+    auto text =
+        priced("/v1/messages", R"({"max_tokens":300,"messages":[{"role":"user","content":")" + k_words + R"("}]})");
+    auto chat = priced("/v1/chat/completions",
+                       R"({"max_tokens":300,"messages":[{"role":"user","content":")" + k_words + R"("}]})");
+    EXPECT_EQ(text.input_tokens, chat.input_tokens) << "a string content costs as chat's";
+    EXPECT_EQ(text.max_output_tokens, 300u);
+    EXPECT_EQ(text.output_field, OutputField::max_tokens);
+    EXPECT_TRUE(text.output_named);
+    EXPECT_TRUE(text.anthropic());
+    auto with_system = priced("/v1/messages", R"({"max_tokens":300,"system":[{"type":"text","text":")" + k_words +
+                                                  R"(","cache_control":{"type":"ephemeral"}}],)"
+                                                  R"("messages":[{"role":"user","content":")" +
+                                                  k_words + R"("}]})");
+    EXPECT_EQ(with_system.input_tokens, text.input_tokens + 4 + estimate_tokens("system") + estimate_tokens(k_words))
+        << "a message's overhead, the role 'system' and its text";
+    auto tools = priced("/v1/messages", R"({"max_tokens":1,"messages":[],"tools":[{"name":"search",)"
+                                        R"("description":")" +
+                                            k_words + R"(","input_schema":{"type":"object"}}]})");
+    EXPECT_GE(tools.input_tokens, estimate_tokens(k_words)) << "tool descriptions are prompt";
+    auto unnamed = priced("/v1/messages", R"({"messages":[]})");
+    EXPECT_FALSE(unnamed.output_named);
+    EXPECT_EQ(unnamed.max_output_tokens, 256u) << "no max_tokens: the default, written upstream";
+    auto streamed = priced("/v1/messages", R"({"max_tokens":5,"stream":true,"messages":[]})");
+    EXPECT_TRUE(streamed.stream);
+}
+
+TEST(MessagesBody, EveryBlockTypeCountsWhatTheTemplateRenders) {
+    auto cost_of = [](const std::string& blocks) {
+        return priced("/v1/messages", R"({"max_tokens":1,"messages":[{"role":"user","content":)" + blocks + "}]}")
+            .input_tokens;
+    };
+    auto empty = cost_of("[]");
+    auto words = estimate_tokens(k_words);
+    EXPECT_EQ(cost_of(R"([{"type":"text","text":")" + k_words + R"("}])"), empty + words);
+    EXPECT_EQ(cost_of(R"([{"type":"thinking","thinking":")" + k_words + R"(","signature":"s"}])"), empty + 1 + words);
+    EXPECT_EQ(cost_of(R"([{"type":"tool_result","tool_use_id":"t","content":")" + k_words + R"("}])"),
+              empty + 1 + words);
+    EXPECT_EQ(cost_of(R"([{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":")" + k_words +
+                      R"("}]}])"),
+              empty + 1 + words);
+    EXPECT_GE(cost_of(R"([{"type":"tool_use","id":"t","name":"f","input":{"q":")" + k_words + R"("}}])"),
+              empty + 1 + words);
+    EXPECT_EQ(cost_of(R"([{"type":"document","source":{"type":"text","media_type":"text/plain","data":")" + k_words +
+                      R"("}}])"),
+              empty + 1 + words);
+    EXPECT_EQ(cost_of(R"([{"type":"document","source":{"type":"base64","media_type":"application/pdf",)"
+                      R"("data":")" +
+                      std::string(40000, 'A') + R"("}}])"),
+              empty + 1 + 1000)
+        << "a PDF at the media default, its base64 never text";
+    EXPECT_EQ(cost_of(R"([{"type":"image","source":{"type":"url","url":"https://x/y.png"}}])"), empty + 1 + 1000);
+    // A 512 × 512 PNG header: its tiles, as the same image in a chat part, and a token more.
+    auto png = std::string("iVBORw0KGgoAAAANSUhEUgAAAgAAAAIACAIAAAAAAAAA");
+    auto image =
+        cost_of(R"([{"type":"image","source":{"type":"base64","media_type":"image/png","data":")" + png + R"("}}])");
+    auto chat = priced("/v1/chat/completions", R"({"messages":[{"role":"user","content":[{"type":"image_url",)"
+                                               R"("image_url":{"url":"data:image/png;base64,)" +
+                                                   png + R"("}}]}]})");
+    EXPECT_EQ(image, chat.input_tokens + 1);
+    EXPECT_EQ(image, empty + 1 + image_tokens({512, 512}, config::ImageScheme{}, false));
+    EXPECT_GT(image, empty + 1 + 100);
+    // What comes next (redacted thinking, search results): every string in it.
+    EXPECT_GE(cost_of(R"([{"type":"redacted_thinking","data":")" + k_words + R"("}])"), empty + words);
+}
+
+TEST(MessagesBody, CountTokensGeneratesNothing) {
+    auto s = priced("/v1/messages/count_tokens", R"({"messages":[{"role":"user","content":"hello"}]})");
+    EXPECT_EQ(s.endpoint, Endpoint::count_tokens);
+    EXPECT_EQ(s.sequences, 0u);
+    EXPECT_EQ(s.max_output_tokens, 0u);
+    EXPECT_GT(s.input_tokens, 0u);
+}
+
+TEST(MessagesBody, BadBlocksAre400s) {
+    EXPECT_EQ(refusal("/v1/messages", R"({"system":5})"), "'system' must be a string or an array of text blocks");
+    EXPECT_EQ(refusal("/v1/messages", R"({"messages":[{"role":"user","content":5}]})"),
+              "content must be a string or an array of blocks");
+    EXPECT_EQ(refusal("/v1/messages", R"({"messages":[{"role":"user","content":["x"]}]})"),
+              "each content block must be an object");
+    EXPECT_EQ(refusal("/v1/messages", R"({"messages":[{"role":"user","content":[{"text":"x"}]}]})"),
+              "each content block needs its 'type'");
+    EXPECT_EQ(refusal("/v1/messages", R"({"messages":[{"role":"user","content":[{"type":"image"}]}]})"),
+              "'image' blocks need their 'source' object");
+    EXPECT_EQ(refusal("/v1/messages", R"({"messages":[{"role":"user","content":[{"type":"image","source":)"
+                                      R"({"type":"base64","data":"!!!!"}}]}]})"),
+              "an image block holds bad base64");
+    EXPECT_EQ(refusal("/v1/messages", R"({"max_tokens":-1,"messages":[]})"),
+              "'max_tokens' must be a non-negative integer");
+    EXPECT_EQ(refusal("/v1/messages", R"({"tools":{}})"), "'tools' must be an array");
+    EXPECT_EQ(refusal("/v1/messages", R"({"messages":[{"role":"user","content":[{"type":"text","text":"a",)"
+                                      R"("text":"b"}]}]})"),
+              "The request body holds the key at '/messages/0/content/0/text' twice.");
 }
 
 }  // namespace
