@@ -557,7 +557,7 @@ struct Loader {
         r.expect_map(
             n, "cost",
             {"input", "output", "rounding", "stream_surcharge", "default_max_tokens", "estimator", "output_estimate",
-             "learned", "cap_output", "min_output", "stop_at_budget", "stream_charge_every"});
+             "learned", "cap_output", "min_output", "stop_at_budget", "stream_charge_every", "cached_input_factor"});
         auto& c = config.cost;
         auto per_min = [&](const YAML::Node& b, std::string_view what, double& per, double& min) {
             r.expect_map(b, what, {"per", "min"});
@@ -624,6 +624,11 @@ struct Loader {
         if (n["stop_at_budget"]) c.stop_at_budget = r.boolean(n["stop_at_budget"], "cost.stop_at_budget");
         if (n["stream_charge_every"])
             c.stream_charge_every = r.whole(n["stream_charge_every"], "cost.stream_charge_every", 1, 1'000'000);
+        if (n["cached_input_factor"]) {
+            c.cached_input_factor = r.number(n["cached_input_factor"], "cost.cached_input_factor");
+            if (!(c.cached_input_factor >= 0 && c.cached_input_factor <= 1))
+                r.fail(n["cached_input_factor"], "cost.cached_input_factor must be from 0 to 1");
+        }
         if (c.input_min + c.output_min <= 0) r.fail(n, "cost: input.min + output.min must be greater than 0");
     }
 

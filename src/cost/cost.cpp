@@ -187,9 +187,11 @@ double cost_factor(const std::vector<config::ModelCost>& models, std::string_vie
 }
 
 double request_cost(const config::CostConfig& c, double factor, std::uint64_t input_tokens, std::uint64_t output_tokens,
-                    bool stream) {
+                    bool stream, std::uint64_t cached_tokens) {
     auto round = [&](double x) { return c.rounding == config::Rounding::ceil ? std::ceil(x) : std::floor(x); };
-    double in = std::max(c.input_min, round(static_cast<double>(input_tokens) / c.input_per));
+    auto cached = static_cast<double>(std::min(cached_tokens, input_tokens));
+    double priced_input = static_cast<double>(input_tokens) - cached + cached * c.cached_input_factor;
+    double in = std::max(c.input_min, round(priced_input / c.input_per));
     double out = std::max(c.output_min, round(static_cast<double>(output_tokens) / c.output_per));
     // Token counts come from clients (max_tokens: 2^64-1) and upstreams: past every limit's
     // capacity (at most 1e15) a cost only needs to stay finite to be refused as never.

@@ -60,7 +60,8 @@ SettledCost settled_cost(const config::CostConfig& config, double cost_factor, c
         out.cost = out.kept_reservation ? reserved : 0;  // an error generated nothing
         return out;
     }
-    out.cost = request_cost(config, cost_factor, out.prompt_tokens, out.completion_tokens, request.stream);
+    out.cost =
+        request_cost(config, cost_factor, out.prompt_tokens, out.completion_tokens, request.stream, out.cached_tokens);
     return out;
 }
 

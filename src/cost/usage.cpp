@@ -25,7 +25,16 @@ std::uint64_t count_of(simdjson::dom::object o, const char* key) {
     return o[key].get_uint64().get(v) == simdjson::SUCCESS ? v : 0;
 }
 
-/// OpenAI's and the Responses API's `usage` object.
+/// Anthropic's `input_tokens` leaves out what the prompt cache wrote and read: both are prompt,
+/// and what it read is cached (SPEC §20). The Responses API has neither field.
+void add_anthropic_cache(simdjson::dom::object usage, Usage& out) {
+    auto written = count_of(usage, "cache_creation_input_tokens");
+    auto read = count_of(usage, "cache_read_input_tokens");
+    out.prompt_tokens = core::saturating_add(out.prompt_tokens, core::saturating_add(written, read));
+    out.cached_tokens = std::min(core::saturating_add(out.cached_tokens, read), out.prompt_tokens);
+}
+
+/// OpenAI's, the Responses API's and Anthropic's `usage` object.
 bool read_usage_object(simdjson::dom::object doc, Usage& out) {
     simdjson::dom::object usage;
     if (doc["usage"].get_object().get(usage) != simdjson::SUCCESS) return false;
@@ -40,6 +49,32 @@ bool read_usage_object(simdjson::dom::object doc, Usage& out) {
     if (usage[responses_api ? "input_tokens_details" : "prompt_tokens_details"].get_object().get(details) ==
         simdjson::SUCCESS)
         out.cached_tokens = std::min(count_of(details, "cached_tokens"), out.prompt_tokens);
+    if (responses_api) add_anthropic_cache(usage, out);
+    return true;
+}
+
+/// Anthropic's Messages stream: `message_start` carries the prompt's usage, each
+/// `message_delta` the output so far (newer servers repeat the prompt's counts there too).
+bool read_anthropic_event(simdjson::dom::object doc, Usage& out) {
+    std::string_view type;
+    if (doc["type"].get_string().get(type) != simdjson::SUCCESS) return false;
+    simdjson::dom::object usage, message;
+    if (type == "message_start") {
+        if (doc["message"].get_object().get(message) != simdjson::SUCCESS ||
+            message["usage"].get_object().get(usage) != simdjson::SUCCESS)
+            return false;
+    } else if (type != "message_delta" || doc["usage"].get_object().get(usage) != simdjson::SUCCESS) {
+        return false;
+    }
+    out.known = true;
+    out.prompt_known = true;
+    simdjson::dom::element ignored;
+    if (usage["input_tokens"].get(ignored) == simdjson::SUCCESS) {
+        out.prompt_tokens = count_of(usage, "input_tokens");
+        out.cached_tokens = 0;
+        add_anthropic_cache(usage, out);
+    }
+    out.completion_tokens = count_of(usage, "output_tokens");
     return true;
 }
 
@@ -156,6 +191,18 @@ std::uint64_t output_tokens_of(simdjson::dom::object doc, const Tokenizer* token
                 for (simdjson::dom::element p : parts)
                     if (p["text"].get_string().get(text) == simdjson::SUCCESS) n += count_text(text, tokenizer);
             }
+        }
+        return n;
+    }
+    simdjson::dom::array blocks;  // an Anthropic message: its text, thinking and tool input
+    if (doc["content"].get_array().get(blocks) == simdjson::SUCCESS) {
+        for (simdjson::dom::element b : blocks) {
+            simdjson::dom::object block;
+            if (b.get_object().get(block) != simdjson::SUCCESS) continue;
+            for (const char* key : {"text", "thinking"})
+                if (block[key].get_string().get(text) == simdjson::SUCCESS) n += count_text(text, tokenizer);
+            simdjson::dom::element input;
+            if (block["input"].get(input) == simdjson::SUCCESS) n += count_text(simdjson::minify(input), tokenizer);
         }
         return n;
     }
@@ -326,9 +373,11 @@ SseUsageFilter::Verdict SseUsageFilter::inspect(std::string_view event) {
             if (payload != "[DONE]" &&
                 thread_parser().parse(payload.data(), payload.size()).get_object().get(doc) == simdjson::SUCCESS) {
                 note_dialect(doc);
-                Usage u;
-                bool has_usage = read_usage(doc, u);
-                if (has_usage) usage_ = u;
+                // Anthropic's events first: a message_delta's `usage` holds the output alone.
+                Usage u = usage_;
+                bool has_usage = false;
+                if (read_anthropic_event(doc, u)) usage_ = u;
+                else if ((has_usage = read_usage(doc, u))) usage_ = u;
                 streamed_tokens_ += stream_event_tokens(doc);
                 simdjson::dom::array choices;
                 if (hide_usage_ && has_usage && doc["choices"].get_array().get(choices) == simdjson::SUCCESS &&
@@ -375,6 +424,14 @@ void SseUsageFilter::note_dialect(simdjson::dom::object doc) {
                 model_ = std::string(text.substr(0, 256));
         }
         return;
+    }
+    if (doc["type"].get_string().get(text) == simdjson::SUCCESS) {
+        std::uint64_t index = 0;
+        if (text == "message_start") dialect_ = Dialect::anthropic;
+        else if (text == "content_block_start" && doc["index"].get_uint64().get(index) == simdjson::SUCCESS)
+            open_block_ = index;
+        else if (text == "content_block_stop") open_block_.reset();
+        if (dialect_ == Dialect::anthropic) return;
     }
     simdjson::dom::object token;
     if (doc["token"].get_object().get(token) == simdjson::SUCCESS) {
@@ -439,6 +496,19 @@ std::string SseUsageFilter::final_events(bool client_wants_usage, std::uint64_t 
                   {"generated_text", ""},
                   {"details", {{"finish_reason", "length"}, {"generated_tokens", completion}, {"seed", nullptr}}}});
             break;
+        case Dialect::anthropic: {
+            // The open block closed, then the message, as the API ends one at max_tokens.
+            auto event = [&](const char* type, json body) {
+                body["type"] = type;
+                out += std::string("event: ") + type + "\n";
+                data(body);
+            };
+            if (open_block_) event("content_block_stop", {{"index", *open_block_}});
+            event("message_delta", {{"delta", {{"stop_reason", "max_tokens"}, {"stop_sequence", nullptr}}},
+                                    {"usage", {{"output_tokens", completion}}}});
+            event("message_stop", json::object());
+            break;
+        }
         case Dialect::unknown: out += "data: [DONE]\n\n"; break;
     }
     return out;

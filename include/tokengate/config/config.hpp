@@ -226,6 +226,9 @@ struct CostConfig {
     bool stop_at_budget = false;    // end a stream that runs past the budget
     /// Tokens a stream relays between its live charges to the tenant's cost limits (SPEC §17).
     std::uint64_t stream_charge_every = 64;
+    /// What a prompt token the upstream reports as cached (no prefill) costs, against an
+    /// uncached one, at settlement (SPEC §20).
+    double cached_input_factor = 1.0;
 };
 
 /// Who goes first when the GPUs are overloaded (SPEC §13).

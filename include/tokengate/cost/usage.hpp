@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -79,11 +80,13 @@ public:
     /// The events that end a stopped stream cleanly in its own dialect: a final chunk per
     /// choice with `finish_reason: "length"`, the usage chunk when the client asked for usage
     /// (the relayed count), then `data: [DONE]` (chat, completions); `response.incomplete`
-    /// (the Responses API); a last token with its details (TGI).
+    /// (the Responses API); a last token with its details (TGI); the open block's
+    /// `content_block_stop`, a `message_delta` with `stop_reason: "max_tokens"` and
+    /// `message_stop` (Anthropic).
     std::string final_events(bool client_wants_usage, std::uint64_t prompt_tokens) const;
 
 private:
-    enum class Dialect { unknown, chat, completion, responses, tgi };
+    enum class Dialect { unknown, chat, completion, responses, tgi, anthropic };
     /// Notes what the stream is and its identity, for final_events.
     void note_dialect(simdjson::dom::object doc);
     enum class Verdict { keep, drop, strip_null_usage };
@@ -109,7 +112,8 @@ private:
     std::int64_t created_ = 0;
     std::uint64_t choices_ = 1;  // the highest choice index seen, plus one
     std::uint64_t tgi_index_ = 0;
-    std::size_t sglang_text_bytes_ = 0;  // the length of SGLang's cumulative text so far
+    std::optional<std::uint64_t> open_block_;  // Anthropic: the content block started and not stopped
+    std::size_t sglang_text_bytes_ = 0;        // the length of SGLang's cumulative text so far
 };
 
 }  // namespace tokengate::cost

@@ -47,6 +47,7 @@ void record(const RequestRecord& r, Worker& worker) {
         .number("cost_settled", r.cost_settled)
         .integer("prompt_tokens", r.prompt_tokens)
         .integer("completion_tokens", r.completion_tokens);
+    if (r.cached_tokens) w.integer("cached_tokens", r.cached_tokens);
     if (r.first_byte < 0) w.null("ttfb_ms");
     else w.number("ttfb_ms", static_cast<double>(r.first_byte - r.started) / 1e6);
     w.number("duration_ms", static_cast<double>(now - r.started) / 1e6);

@@ -34,6 +34,7 @@ struct RequestRecord {
     double cost_settled = 0;
     std::uint64_t prompt_tokens = 0;
     std::uint64_t completion_tokens = 0;
+    std::uint64_t cached_tokens = 0;  // of the prompt, as the upstream reported them
     core::Nanos first_byte = -1;
     // What admission priced (simulate prices a replayed line from them again).
     std::uint64_t input_tokens = 0;     // the input estimate

@@ -88,8 +88,10 @@ namespace tokengate::cost {
 namespace {
 
 /// SPEC §11's settlement per shape: what each upstream reports, read from a body or a stream.
-SettledCost settle_response(std::string_view type, std::string_view body, std::uint64_t estimated_input = 250) {
+SettledCost settle_response(std::string_view type, std::string_view body, std::uint64_t estimated_input = 250,
+                            double cached_input_factor = 1.0) {
     config::CostConfig cfg;  // in per 100, out per 50, floor
+    cfg.cached_input_factor = cached_input_factor;
     RequestSummary request;
     request.input_tokens = estimated_input;
     ResponseUsage observed;
@@ -183,6 +185,82 @@ TEST(Settlement, DollarsFromTheUsageWithCachedTokensAtTheirPrice) {
                                   config::Amounts{40, 1200, 0.5}, &price);
     EXPECT_EQ(failed.tokens, 0);
     EXPECT_EQ(failed.usd, 0);
+}
+
+SettledCost settle_cached(std::string_view type, std::string_view body, double cached_input_factor) {
+    return settle_response(type, body, 2000, cached_input_factor);
+}
+
+// SPEC §20: Anthropic's input_tokens leaves out the cache's tokens; both count as prompt, and
+// what was read from the cache at cost.cached_input_factor.
+constexpr std::string_view k_messages_json =
+    R"({"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"Hi"}],)"
+    R"("usage":{"input_tokens":200,"cache_creation_input_tokens":300,"cache_read_input_tokens":1000,"output_tokens":100}})";
+constexpr std::string_view k_messages_stream =
+    "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\","
+    "\"usage\":{\"input_tokens\":200,\"cache_creation_input_tokens\":300,\"cache_read_input_tokens\":1000,"
+    "\"output_tokens\":1}}}\n\n"
+    "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,"
+    "\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,"
+    "\"delta\":{\"type\":\"text_delta\",\"text\":\"Hello\"}}\n\n"
+    "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":null},"
+    "\"usage\":{\"output_tokens\":40}}\n\n"
+    "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},"
+    "\"usage\":{\"output_tokens\":100}}\n\n"
+    "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+
+TEST(Settlement, MessagesUsageCountsTheCacheAsPromptAndItsReadsAtTheFactor) {
+    for (auto [type, body] :
+         {std::pair{"application/json", k_messages_json}, std::pair{"text/event-stream", k_messages_stream}}) {
+        SCOPED_TRACE(type);
+        auto full = settle_cached(type, body, 1.0);
+        EXPECT_EQ(full.prompt_tokens, 1500u) << "200 + 300 written + 1000 read";
+        EXPECT_EQ(full.cached_tokens, 1000u);
+        EXPECT_EQ(full.completion_tokens, 100u) << "the last message_delta's cumulative count";
+        EXPECT_DOUBLE_EQ(full.cost, 15 + 2);
+        auto cached = settle_cached(type, body, 0.1);
+        // 500 uncached + 1000 × 0.1 = 600 → 6, output 100 → 2.
+        EXPECT_DOUBLE_EQ(cached.cost, 6 + 2);
+        EXPECT_DOUBLE_EQ(settle_cached(type, body, 0).cost, 5 + 2);
+    }
+}
+
+TEST(Settlement, MessagesStreamWithItsPromptRepeatedInTheLastDelta) {
+    // Newer servers repeat the prompt's counts in message_delta: the last word stands.
+    std::string stream(k_messages_stream);
+    auto at = stream.rfind("\"usage\":{\"output_tokens\":100}");
+    stream.replace(at, std::string_view("\"usage\":{\"output_tokens\":100}").size(),
+                   "\"usage\":{\"input_tokens\":700,\"cache_read_input_tokens\":300,\"output_tokens\":100}");
+    auto s = settle_cached("text/event-stream", stream, 0.5);
+    EXPECT_EQ(s.prompt_tokens, 1000u);
+    EXPECT_EQ(s.cached_tokens, 300u);
+    EXPECT_DOUBLE_EQ(s.cost, 8 + 2) << "700 + 300 × 0.5 = 850 → 8";
+}
+
+TEST(Settlement, OpenAiCachedTokensAtTheFactorInEveryDialect) {
+    auto chat = settle_cached("application/json",
+                              R"({"usage":{"prompt_tokens":1000,"completion_tokens":100,)"
+                              R"("prompt_tokens_details":{"cached_tokens":800}}})",
+                              0.25);
+    EXPECT_EQ(chat.cached_tokens, 800u);
+    EXPECT_DOUBLE_EQ(chat.cost, 4 + 2) << "200 + 800 × 0.25 = 400 → 4";
+    auto responses = settle_cached("application/json",
+                                   R"({"object":"response","usage":{"input_tokens":1000,"output_tokens":100,)"
+                                   R"("input_tokens_details":{"cached_tokens":800}}})",
+                                   0.25);
+    EXPECT_DOUBLE_EQ(responses.cost, 4 + 2);
+    auto sglang = settle_cached(
+        "application/json",
+        R"({"text":"hi","meta_info":{"prompt_tokens":1000,"completion_tokens":100,"cached_tokens":800}})", 0.25);
+    EXPECT_DOUBLE_EQ(sglang.cost, 4 + 2);
+    // More cached than prompt is a broken report: no more than the prompt is cached.
+    auto over = settle_cached("application/json",
+                              R"({"usage":{"prompt_tokens":1000,"completion_tokens":100,)"
+                              R"("prompt_tokens_details":{"cached_tokens":99999}}})",
+                              0);
+    EXPECT_EQ(over.cached_tokens, 1000u);
+    EXPECT_DOUBLE_EQ(over.cost, 1 + 2) << "input at its minimum";
 }
 
 TEST(Settlement, ReservationInEveryUnitStaysFiniteForHostileCounts) {

@@ -120,3 +120,60 @@ TEST(JsonUsageReader, ReadsUsageFromPieces) {
 
 }  // namespace
 }  // namespace tokengate::cost
+
+namespace tokengate::cost {
+namespace {
+
+std::string anthropic_event(const std::string& type, const std::string& data) {
+    return "event: " + type + "\ndata: " + data + "\n\n";
+}
+
+TEST(SseUsageFilter, AMessagesStreamStoppedAtItsBudgetEndsAsTheApiEndsOneAtMaxTokens) {
+    auto stream =
+        anthropic_event(
+            "message_start",
+            R"({"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":7,"output_tokens":1}}})") +
+        anthropic_event(
+            "content_block_start",
+            R"({"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}})") +
+        anthropic_event(
+            "content_block_delta",
+            R"({"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm hmm"}})") +
+        anthropic_event("content_block_stop", R"({"type":"content_block_stop","index":0})") +
+        anthropic_event("content_block_start",
+                        R"({"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}})") +
+        anthropic_event(
+            "content_block_delta",
+            R"({"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"one two three"}})") +
+        anthropic_event(
+            "content_block_delta",
+            R"({"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"never sent"}})");
+    SseUsageFilter f(false);
+    f.pause_after(4);
+    auto out = std::string(f.feed(stream, true));
+    ASSERT_TRUE(f.stopped());
+    EXPECT_EQ(out.find("never sent"), std::string::npos);
+    EXPECT_EQ(f.streamed_tokens(), 5u) << "thinking and text both count";
+    EXPECT_EQ(f.usage().prompt_tokens, 7u) << "message_start's usage";
+    auto ending = f.final_events(false, 7);
+    EXPECT_EQ(ending,
+              "event: content_block_stop\ndata: {\"index\":1,\"type\":\"content_block_stop\"}\n\n"
+              "event: message_delta\ndata: {\"delta\":{\"stop_reason\":\"max_tokens\",\"stop_sequence\":null},"
+              "\"type\":\"message_delta\",\"usage\":{\"output_tokens\":5}}\n\n"
+              "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
+}
+
+TEST(SseUsageFilter, AMessagesStreamStoppedBetweenBlocksClosesNoBlockTwice) {
+    auto stream = anthropic_event("message_start", R"({"type":"message_start","message":{"id":"m","usage":{}}})") +
+                  anthropic_event("content_block_start",
+                                  R"({"type":"content_block_start","index":0,"content_block":{"type":"text"}})") +
+                  anthropic_event("content_block_delta",
+                                  R"({"type":"content_block_delta","index":0,"delta":{"text":"a b c d e"}})") +
+                  anthropic_event("content_block_stop", R"({"type":"content_block_stop","index":0})");
+    SseUsageFilter f(false);
+    f.feed(stream, false);
+    EXPECT_EQ(f.final_events(false, 0).find("content_block_stop"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tokengate::cost
