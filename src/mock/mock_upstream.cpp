@@ -78,11 +78,111 @@ struct Completion {
     std::uint64_t completion_tokens = 0;
     std::string finish_reason = "stop";
     std::string output_limit;  // "<field>=<n>" as the body named it, for x-mock-output-limit
+    // Anthropic Messages: the prompt tokens read from the prompt cache (x-mock-cached-tokens),
+    // and the blocks the output fills in turn: thinking (when the body enables it), text, and a
+    // tool call (when it offers tools), each a share of the tokens.
+    std::uint64_t cached_tokens = 0;
+    std::uint64_t thinking_tokens = 0;
+    std::uint64_t tool_tokens = 0;
+    std::string tool_name;
+
+    bool messages() const { return kind == cost::Endpoint::messages; }
+    enum class Block { thinking, text, tool_use };
+    /// The blocks in order, each with its first token.
+    std::vector<std::pair<Block, std::uint64_t>> blocks() const {
+        std::vector<std::pair<Block, std::uint64_t>> out;
+        if (thinking_tokens) out.emplace_back(Block::thinking, 0);
+        if (completion_tokens > thinking_tokens + tool_tokens || !tool_tokens)
+            out.emplace_back(Block::text, thinking_tokens);
+        if (tool_tokens) out.emplace_back(Block::tool_use, completion_tokens - tool_tokens);
+        return out;
+    }
+    std::string words(std::uint64_t from, std::uint64_t to) const {
+        std::string out;
+        for (std::uint64_t i = from; i < to; ++i) out += k_words[i % std::size(k_words)];
+        return out;
+    }
+    /// The tool call's arguments, streamed a word at a time as partial JSON.
+    std::string tool_piece(std::uint64_t i) const {
+        auto first = completion_tokens - tool_tokens;
+        std::string piece = i == first ? "{\"query\": \"" : "";
+        piece += k_words[i % std::size(k_words)];
+        if (i + 1 == completion_tokens) piece += "\"}";
+        return piece;
+    }
+    json anthropic_usage(bool started) const {
+        return {{"input_tokens", prompt_tokens - cached_tokens},
+                {"cache_creation_input_tokens", 0},
+                {"cache_read_input_tokens", cached_tokens},
+                {"output_tokens", started ? std::min<std::uint64_t>(completion_tokens, 1) : completion_tokens}};
+    }
+    std::string stop_reason() const {
+        if (finish_reason == "length") return "max_tokens";
+        return tool_tokens ? "tool_use" : "end_turn";
+    }
+    json anthropic_block(Block b, std::uint64_t from, bool whole) const {
+        auto to = b == Block::thinking ? thinking_tokens
+                  : b == Block::text   ? completion_tokens - tool_tokens
+                                       : completion_tokens;
+        switch (b) {
+            case Block::thinking:
+                return {{"type", "thinking"}, {"thinking", whole ? words(from, to) : ""}, {"signature", "mock"}};
+            case Block::text: return {{"type", "text"}, {"text", whole ? words(from, to) : ""}};
+            case Block::tool_use: {
+                json input = json::object();
+                if (whole) input["query"] = words(from, to);
+                return {{"type", "tool_use"}, {"id", "toolu_" + id}, {"name", tool_name}, {"input", input}};
+            }
+        }
+        return {};
+    }
+    json anthropic_message(bool started) const {
+        json content = json::array();
+        if (!started)
+            for (auto [b, from] : blocks()) content.push_back(anthropic_block(b, from, true));
+        return {{"id", id},
+                {"type", "message"},
+                {"role", "assistant"},
+                {"model", model},
+                {"content", std::move(content)},
+                {"stop_reason", started ? json(nullptr) : json(stop_reason())},
+                {"stop_sequence", nullptr},
+                {"usage", anthropic_usage(started)}};
+    }
+    std::size_t block_index(std::uint64_t token) const {
+        auto all = blocks();
+        std::size_t index = 0;
+        for (std::size_t k = 0; k < all.size(); ++k)
+            if (all[k].second <= token) index = k;
+        return index;
+    }
+    std::string anthropic_token_event(std::uint64_t i) const {
+        std::string out;
+        auto all = blocks();
+        auto index = block_index(i);
+        if (i > 0 && all[index].second == i) {  // the previous block ends, this one starts
+            out += named_event("content_block_stop", {{"type", "content_block_stop"}, {"index", index - 1}});
+            out += named_event("content_block_start", {{"type", "content_block_start"},
+                                                       {"index", index},
+                                                       {"content_block", anthropic_block(all[index].first, i, false)}});
+        }
+        json delta;
+        switch (all[index].first) {
+            case Block::thinking: delta = {{"type", "thinking_delta"}, {"thinking", words(i, i + 1)}}; break;
+            case Block::text: delta = {{"type", "text_delta"}, {"text", words(i, i + 1)}}; break;
+            case Block::tool_use: delta = {{"type", "input_json_delta"}, {"partial_json", tool_piece(i)}}; break;
+        }
+        out +=
+            named_event("content_block_delta", {{"type", "content_block_delta"}, {"index", index}, {"delta", delta}});
+        return out;
+    }
 
     json usage() const {
-        return {{"prompt_tokens", prompt_tokens},
-                {"completion_tokens", completion_tokens},
-                {"total_tokens", prompt_tokens + completion_tokens}};
+        json out = {{"prompt_tokens", prompt_tokens},
+                    {"completion_tokens", completion_tokens},
+                    {"total_tokens", prompt_tokens + completion_tokens}};
+        if (cached_tokens) out["prompt_tokens_details"] = {{"cached_tokens", cached_tokens}};
+        return out;
     }
     json envelope(json choices) const {
         json out = {{"id", id},
@@ -128,6 +228,7 @@ struct Completion {
             return out.dump();
         }
         if (kind == cost::Endpoint::responses) return responses_object(true).dump();
+        if (messages()) return anthropic_message(false).dump();
         if (kind == cost::Endpoint::tgi) {
             json out = {{"generated_text", text()}};
             if (details) out["details"] = tgi_details();
@@ -157,9 +258,18 @@ struct Completion {
             return named_event("response.created",
                                {{"type", "response.created"}, {"response", responses_object(false)}});
         if (kind == cost::Endpoint::tgi) return {};
+        if (messages()) {
+            auto first = blocks().front();
+            return named_event("message_start", {{"type", "message_start"}, {"message", anthropic_message(true)}}) +
+                   named_event("content_block_start", {{"type", "content_block_start"},
+                                                       {"index", 0},
+                                                       {"content_block", anthropic_block(first.first, 0, false)}}) +
+                   named_event("ping", {{"type", "ping"}});
+        }
         return chat ? event({{"role", "assistant"}, {"content", ""}}, nullptr) : std::string();
     }
     std::string token_event(std::uint64_t i) const {
+        if (messages()) return anthropic_token_event(i);
         std::string word = k_words[i % std::size(k_words)];
         if (kind == cost::Endpoint::responses)
             return named_event("response.output_text.delta", {{"type", "response.output_text.delta"}, {"delta", word}});
@@ -177,6 +287,13 @@ struct Completion {
             return named_event("response.completed",
                                {{"type", "response.completed"}, {"response", responses_object(true)}});
         if (kind == cost::Endpoint::tgi) return {};
+        if (messages())
+            return named_event("content_block_stop", {{"type", "content_block_stop"}, {"index", blocks().size() - 1}}) +
+                   named_event("message_delta",
+                               {{"type", "message_delta"},
+                                {"delta", {{"stop_reason", stop_reason()}, {"stop_sequence", nullptr}}},
+                                {"usage", {{"output_tokens", completion_tokens}}}}) +
+                   named_event("message_stop", {{"type", "message_stop"}});
         std::string out = event(chat ? json::object() : json(""), finish_reason);
         if (include_usage) {
             json last = envelope(json::array());
@@ -218,9 +335,23 @@ Completion plan_completion(const http::request<http::string_body>& req, std::str
         c.output_limit = std::string(cost::to_string(s.output_field)) + "=" + std::to_string(s.output_per_sequence);
     c.include_usage = s.client_wants_usage;
     c.prompt_tokens = s.input_tokens;
+    if (c.messages()) {
+        c.cached_tokens = std::min(header_number(req, "x-mock-cached-tokens", 0), c.prompt_tokens);
+        bool thinking = body.is_object() && body.contains("thinking") && body["thinking"].is_object() &&
+                        body["thinking"].value("type", "") == "enabled";
+        if (thinking) c.thinking_tokens = c.completion_tokens / 4;
+        if (body.is_object() && body.contains("tools") && body["tools"].is_array() && !body["tools"].empty() &&
+            body["tools"][0].is_object() && c.completion_tokens - c.thinking_tokens >= 2) {
+            c.tool_tokens = std::max<std::uint64_t>(1, (c.completion_tokens - c.thinking_tokens) / 4);
+            c.tool_name = body["tools"][0].value("name", "tool");
+        }
+    } else if (auto cached = header_number(req, "x-mock-cached-tokens", 0)) {
+        c.cached_tokens = std::min(cached, c.prompt_tokens);
+    }
     c.model = s.model.empty() ? "mock-model" : s.model;
     c.id = std::string(c.chat                                    ? "chatcmpl-"
                        : s.endpoint == cost::Endpoint::responses ? "resp_"
+                       : c.messages()                            ? "msg_"
                                                                  : "cmpl-") +
            std::to_string(serial);
     static const core::SteadyClock wall_clock;
@@ -330,9 +461,9 @@ private:
                 std::to_string(stats_.tls_resumed) + "\n";
             co_return co_await send(res, keep);
         }
-        static constexpr std::array<std::string_view, 7> k_served = {
-            "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/generate",
-            "/generate_stream",     "/pooling"};
+        static constexpr std::array<std::string_view, 8> k_served = {
+            "/v1/chat/completions", "/v1/completions", "/v1/embeddings",   "/v1/responses",
+            "/v1/messages",         "/generate",       "/generate_stream", "/pooling"};
         if (req.method() != http::verb::post || std::find(k_served.begin(), k_served.end(), path) == k_served.end())
             co_return co_await send_error(http::status::not_found, "Not found: " + std::string(path), keep);
         co_return co_await complete(req, std::string(path));
