@@ -67,6 +67,8 @@ run_fuzz() {
 export TOKENGATE_REQUIRE_REDIS=1
 # Likewise the status page's test without Chromium, and the dashboard's without Prometheus.
 export TOKENGATE_REQUIRE_BROWSER=1 TOKENGATE_REQUIRE_PROMETHEUS=1
+# And the Anthropic SDK's tests without npm's @anthropic-ai/sdk.
+export TOKENGATE_REQUIRE_NPM=1
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 check_format

@@ -56,16 +56,24 @@ std::optional<std::size_t> tightest(const Decision& d, Pred accept) {
     return best;
 }
 
-/// OpenAI's header names for one unit: limit, remaining, reset.
-struct OpenAiNames {
+/// One unit's header names (OpenAI's or Anthropic's): limit, remaining, reset.
+struct UnitNames {
     std::string_view limit, remaining, reset;
 };
-constexpr OpenAiNames k_requests_names{"x-ratelimit-limit-requests", "x-ratelimit-remaining-requests",
-                                       "x-ratelimit-reset-requests"};
-constexpr OpenAiNames k_tokens_names{"x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens",
-                                     "x-ratelimit-reset-tokens"};
+constexpr UnitNames k_requests_names{"x-ratelimit-limit-requests", "x-ratelimit-remaining-requests",
+                                     "x-ratelimit-reset-requests"};
+constexpr UnitNames k_tokens_names{"x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens",
+                                   "x-ratelimit-reset-tokens"};
+constexpr UnitNames k_anthropic_requests_names{"anthropic-ratelimit-requests-limit",
+                                               "anthropic-ratelimit-requests-remaining",
+                                               "anthropic-ratelimit-requests-reset"};
+constexpr UnitNames k_anthropic_tokens_names{"anthropic-ratelimit-tokens-limit", "anthropic-ratelimit-tokens-remaining",
+                                             "anthropic-ratelimit-tokens-reset"};
 
-void add_openai_set(std::vector<HeaderField>& out, const Decision& d, Unit unit, const OpenAiNames& names) {
+/// The tightest limit counting `unit` with its limit and remaining; its reset as `reset`
+/// says: OpenAI's duration, or Anthropic's RFC 3339 instant.
+template <typename Reset>
+void add_unit_set(std::vector<HeaderField>& out, const Decision& d, Unit unit, const UnitNames& names, Reset reset) {
     // A token quota belongs with the token (cost unit) headers, a request quota with the requests'.
     auto counts = [&](const LimitStatus& s) {
         return s.spec->unit == unit || (unit == Unit::cost && s.spec->unit == Unit::tokens && is_quota(s));
@@ -75,7 +83,7 @@ void add_openai_set(std::vector<HeaderField>& out, const Decision& d, Unit unit,
     const auto& s = d.statuses[*i];
     out.push_back({names.limit, format_number(s.spec->capacity)});
     out.push_back({names.remaining, remaining_text(s)});
-    out.push_back({names.reset, openai_duration(s.verdict.until_full)});
+    out.push_back({names.reset, reset(s)});
 }
 
 }  // namespace
@@ -117,9 +125,9 @@ std::string openai_duration(Nanos duration) {
     return out + seconds + "s";
 }
 
-std::vector<HeaderField> rate_limit_headers(const Decision& d, Nanos unix_now) {
+std::vector<HeaderField> rate_limit_headers(const Decision& d, Nanos unix_now, bool anthropic) {
     std::vector<HeaderField> out;
-    out.reserve(13);  // 5 X-RateLimit/RateLimit, 3 per OpenAI unit, Retry-After, retry-after-ms
+    out.reserve(anthropic ? 19 : 13);  // 5 X-RateLimit/RateLimit, 3 per unit and dialect, Retry-After, retry-after-ms
     std::optional<std::size_t> main =
         d.rejected >= 0 ? std::optional<std::size_t>(d.rejected) : tightest(d, [](const LimitStatus&) { return true; });
     if (main) {
@@ -138,8 +146,16 @@ std::vector<HeaderField> rate_limit_headers(const Decision& d, Nanos unix_now) {
         out.push_back({"RateLimit",
                        "\"" + name + "\";r=" + remaining + ";t=" + std::to_string(ceil_seconds(s.verdict.until_full))});
     }
-    add_openai_set(out, d, Unit::requests, k_requests_names);
-    add_openai_set(out, d, Unit::cost, k_tokens_names);
+    auto duration = [](const LimitStatus& s) { return openai_duration(s.verdict.until_full); };
+    add_unit_set(out, d, Unit::requests, k_requests_names, duration);
+    add_unit_set(out, d, Unit::cost, k_tokens_names, duration);
+    if (anthropic) {
+        auto instant = [&](const LimitStatus& s) {
+            return core::rfc3339(is_quota(s) ? s.window.end : unix_now + s.verdict.until_full);
+        };
+        add_unit_set(out, d, Unit::requests, k_anthropic_requests_names, instant);
+        add_unit_set(out, d, Unit::cost, k_anthropic_tokens_names, instant);
+    }
     if (!d.allowed && d.retry_after >= 0) {
         out.push_back({"Retry-After", std::to_string(std::max<Nanos>(1, ceil_seconds(d.retry_after)))});
         // The exact wait: the OpenAI SDKs read it before Retry-After, so a client of a 20/s

@@ -19,6 +19,7 @@
 #include "tokengate/proxy/origin.hpp"
 #include "tokengate/proxy/request_reader.hpp"
 #include "tokengate/proxy/target.hpp"
+#include "tokengate/proxy/wire.hpp"
 #include "tokengate/server/responses.hpp"
 
 namespace tokengate::server {
@@ -91,7 +92,10 @@ public:
             }
             if (progress == Progress::failed) {
                 auto why = proxy::describe(reader.error());
-                co_await send_error(static_cast<http::status>(why.status), why.code, why.message);
+                // The head as far as it was read (a body too large is refused from its Content-Length).
+                auto target = reader.get().target();
+                auto shape = error_shape_for(target.substr(0, target.find('?')), reader.get()["anthropic-version"]);
+                co_await send_error(static_cast<http::status>(why.status), why.code, why.message, shape);
                 co_await linger_then_close(stream_);  // the framing is not to be trusted: nothing more is read
                 co_return;
             }
@@ -151,6 +155,7 @@ private:
         unsigned version = 11;
         bool keep_alive = false;
         Nanos idle_timeout = 0;
+        ErrorShape shape = ErrorShape::openai;  // a Messages request's refusals are Anthropic's
     };
 
     /// Reads until the header section is whole; false if the connection ended or timed out.
@@ -176,8 +181,9 @@ private:
         co_return true;
     }
 
-    net::awaitable<void> send_error(http::status status, std::string_view code, std::string_view message) {
-        auto text = error_response_text(status, "invalid_request_error", code, message, 11, false, {}, {});
+    net::awaitable<void> send_error(http::status status, std::string_view code, std::string_view message,
+                                    ErrorShape shape = ErrorShape::openai) {
+        auto text = error_response_text(status, "invalid_request_error", code, message, 11, false, {}, {}, shape);
         stream_.expires_after(std::chrono::seconds(5));
         co_await net::async_write(stream_, net::buffer(text), k_use);
     }
@@ -214,7 +220,24 @@ private:
         rec.rejected_level = no.level;
         rec.rejected_limit = no.limit;
         pipeline::record(rec, worker_);
-        auto text = pipeline::render(no, reply.version, reply.keep_alive, rec.request_id);
+        auto text = pipeline::render(no, reply.version, reply.keep_alive, rec.request_id, reply.shape);
+        stream_.expires_after(ns(reply.idle_timeout));
+        auto [ec, n] = co_await net::async_write(stream_, net::buffer(text), k_use);
+        co_return !ec && reply.keep_alive;
+    }
+
+    /// Answers with a JSON body the gateway made itself (count_tokens).
+    net::awaitable<bool> answer(std::string_view body, pipeline::RequestRecord& rec, const Reply& reply) {
+        pipeline::record(rec, worker_);
+        std::string text;
+        text.reserve(256 + body.size());
+        proxy::wire::status_line(text, reply.version, 200);
+        proxy::wire::field(text, "Content-Type", "application/json");
+        proxy::wire::field(text, "Server", "tokengate");
+        proxy::wire::field(text, "X-Request-Id", rec.request_id);
+        proxy::wire::connection(text, reply.version, reply.keep_alive);
+        proxy::wire::content_length(text, body.size());
+        text.append(proxy::wire::k_crlf).append(body);
         stream_.expires_after(ns(reply.idle_timeout));
         auto [ec, n] = co_await net::async_write(stream_, net::buffer(text), k_use);
         co_return !ec && reply.keep_alive;
@@ -225,9 +248,12 @@ private:
         const auto& cfg = *rt->config;
         auto target = proxy::normalize_target(req.target());  // routes and upstreams see one spelling
         auto rec = start_record(req, target, cfg.server);
-        Reply reply{req.version(), req.keep_alive() && !services_.draining.load(), cfg.server.idle_timeout};
+        Reply reply{req.version(), req.keep_alive() && !services_.draining.load(), cfg.server.idle_timeout,
+                    error_shape_for(target.ok ? std::string_view(target.path) : std::string_view(rec.path),
+                                    req["anthropic-version"])};
         if (services_.draining.load())
-            co_return co_await refuse(pipeline::shutting_down(), rec, {reply.version, false, reply.idle_timeout});
+            co_return co_await refuse(pipeline::shutting_down(), rec,
+                                      {reply.version, false, reply.idle_timeout, reply.shape});
 
         std::optional<auth::Principal> who;
         pipeline::Incoming incoming{auth::extract_key(req[http::field::authorization], req["x-api-key"]), target,
@@ -242,9 +268,11 @@ private:
         pipeline::StageServices stages{*services_.store, services_.clock, services_.metrics, services_.output_history,
                                        services_.answers_in_flight};
         auto outcome = co_await pipeline::proceed(stages, *rt, admitted, rec, ends);
+        if (!outcome.answer.empty()) co_return co_await answer(outcome.answer, rec, reply);
         if (outcome.refusal)
-            co_return co_await refuse(*outcome.refusal, rec,
-                                      {reply.version, reply.keep_alive && outcome.keep_alive, reply.idle_timeout});
+            co_return co_await refuse(
+                *outcome.refusal, rec,
+                {reply.version, reply.keep_alive && outcome.keep_alive, reply.idle_timeout, reply.shape});
         pipeline::record(rec, worker_);
         co_return outcome.keep_alive;
     }

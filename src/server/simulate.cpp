@@ -92,6 +92,7 @@ TraceEntry access_entry(const json& j, std::size_t line) {
     e.cost = seconds(j, j.contains("cost") ? "cost" : "cost_reserved", line, 1e15);
     e.prompt_tokens = whole(j, "prompt_tokens", line);
     e.completion_tokens = whole(j, "completion_tokens", line);
+    e.cached_tokens = whole(j, "cached_tokens", line);
     if (j.contains("duration_ms") && !j["duration_ms"].is_null())
         e.duration_s = seconds(j, "duration_ms", line, k_max_duration * 1e3) / 1e3;
     // A line is written as its request ends: it arrived duration_ms before.
@@ -144,6 +145,7 @@ TraceEntry entry(const json& j, std::size_t line) {
         if (!u.is_object()) bad(line, "'usage' must be an object");
         e.prompt_tokens = count("prompt_tokens");
         e.completion_tokens = count("completion_tokens");
+        e.cached_tokens = count("cached_tokens").value_or(0);
     }
     if (j.contains("duration_s")) e.duration_s = seconds(j, "duration_s", line, k_max_duration);
     if (j.contains("load")) {
@@ -225,6 +227,7 @@ net::awaitable<void> sleep_until(const core::Clock& clock, core::Nanos until) {
 /// A request's summary as its access-log line gave it (record_admission wrote it).
 cost::RequestSummary logged_summary(const TraceEntry& e) {
     cost::RequestSummary s;
+    s.endpoint = cost::endpoint_for_path(e.path);
     s.model = e.model;
     s.stream = e.stream;
     s.input_tokens = *e.input_tokens;
@@ -505,8 +508,9 @@ public:
                 // Cut before the upstream's usage came: the gateway's own count, not learned from.
                 settled.usage_reported = !out.stopped;
                 settled.completion_tokens = output;
+                settled.cached_tokens = std::min(e_.cached_tokens, settled.prompt_tokens);
                 settled.cost = cost::request_cost(sim_.runtime_.config->cost, a.cost_factor, settled.prompt_tokens,
-                                                  output, summary.stream);
+                                                  output, summary.stream, settled.cached_tokens);
             }
         } else {  // a cost given outright: it is what the request used
             settled.usage_reported = true;

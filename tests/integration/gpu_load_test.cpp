@@ -240,7 +240,8 @@ TEST(LoadScrape, BadPagesAreCountedDownAndHoldNoRequest) {
 
 TEST(Overload, SheddableTiersAreRefusedWhileEveryUpstreamIsPastItCriticalOnesPass) {
     GatewayUnderTest gw(
-        "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
+        "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n  - { path: /v1/messages, upstreams: [mock] "
+        "}\n"
         "tiers:\n  free: { priority: sheddable }\n  vip: { priority: critical }\n"
         "tenants:\n  - { id: crowd, tier: free, keys: [\"k-free\"] }\n  - { id: bank, tier: vip, keys: [\"k-vip\"] }\n"
         "overload: { queue: 2 }\n",
@@ -262,6 +263,15 @@ TEST(Overload, SheddableTiersAreRefusedWhileEveryUpstreamIsPastItCriticalOnesPas
     EXPECT_NE(shed.body.find("\"code\":\"server_overloaded\""), std::string::npos) << shed.body;
     EXPECT_NE(shed.body.find("\"type\":\"server_error\""), std::string::npos);
     EXPECT_EQ(shed.header("retry-after"), "1");
+    // The Anthropic SDK reads overload as 529 overloaded_error (and retries it).
+    auto messages = gw.request({"POST",
+                                "/v1/messages",
+                                {{"x-api-key", "k-free"}},
+                                R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]})"});
+    EXPECT_EQ(messages.status, 529) << messages.body;
+    EXPECT_NE(messages.body.find(R"({"type":"error","error":{"type":"overloaded_error",)"), std::string::npos)
+        << messages.body;
+    EXPECT_EQ(messages.header("retry-after"), "1");
     EXPECT_EQ(chat("k-vip").status, 200) << "critical traffic is never shed";
     for (auto& t : others) t.join();
     // The queue gone (a scrape or two later), the free tier is served again.

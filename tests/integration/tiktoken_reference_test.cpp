@@ -279,3 +279,120 @@ TEST_F(TiktokenReference, AModelCanCountWithARankFileOfItsOwn) {
 
 }  // namespace
 }  // namespace tokengate::testing
+
+namespace tokengate::testing {
+namespace {
+
+// SPEC §20, a table per block type: a Messages body costs the reference encoder's count of the
+// text it carries, exactly as the same text in a chat message does, plus the documented
+// overhead (docs/how-it-works.md): 1 token for a block other than text, the system prompt as a
+// message of its own (4 + the role "system").
+TEST_F(TiktokenReference, MessagesBlocksCostTheirTextAsChatDoesPlusTheirOverhead) {
+    auto rank_file = (dir_ / "cl100k_base.tiktoken").string();
+    GatewayUnderTest gw(
+        "routes:\n  - { path_prefix: /v1/, upstreams: [mock] }\n"
+        "cost:\n  estimator: { tiktoken: \"" +
+        rank_file + "\" }\ntenants:\n  - { id: acme, keys: [\"k1\"] }\n");
+    // The texts, counted by the reference encoder.
+    const std::map<std::string, std::string> texts = {
+        {"prose", slurp(k_repo / "tests/corpus/english.txt").substr(0, 3000)},
+        {"code", slurp(k_repo / "tests/corpus/code.txt").substr(0, 2000)},
+        {"name", "web_search"},
+        {"title", "Quarterly report \u00e9t\u00e9 2026"},
+        {"key", "query"},
+        {"system", "system"},
+        {"user", "user"},
+    };
+    auto texts_dir = dir_ / "messages-texts";
+    fs::create_directories(texts_dir);
+    for (const auto& [name, text] : texts) std::ofstream(texts_dir / (name + ".txt"), std::ios::binary) << text;
+    auto out = dir_ / "messages-texts.json";
+    ASSERT_EQ(run("node '" + (k_repo / "tests/tiktoken/reference.js").string() + "' '" + pkg_ + "' '" +
+                  texts_dir.string() + "' '" + (dir_ / "unused.tiktoken").string() + "' > '" + out.string() + "'"),
+              0);
+    auto counts = json::parse(slurp(out));
+    auto ref = [&](const std::string& name) { return counts[name + ".txt"].get<std::uint64_t>(); };
+    auto input = [&](const std::string& path, const json& body) {
+        auto r =
+            gw.admin(Request{"POST", "/admin/explain", {}, json{{"key", "k1"}, {"path", path}, {"body", body}}.dump()});
+        EXPECT_EQ(r.status, 200) << r.body;
+        return json::parse(r.body)["input_tokens"].get<std::uint64_t>();
+    };
+    auto messages = [&](const json& content) {
+        return input("/v1/messages",
+                     {{"model", "m"}, {"max_tokens", 1}, {"messages", {{{"role", "user"}, {"content", content}}}}});
+    };
+    auto chat = [&](const json& content) {
+        return input("/v1/chat/completions",
+                     {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", content}}}}});
+    };
+    const auto& prose = texts.at("prose");
+    const auto& code = texts.at("code");
+    // The frame around one user message: its overhead, its role, the reply's priming.
+    const std::uint64_t frame = 4 + ref("user") + 3;
+    ASSERT_EQ(chat(prose), frame + ref("prose")) << "the reference itself";
+
+    struct Row {
+        const char* block;
+        json content;            // the Messages content
+        json chat_content;       // the same text as chat content
+        std::uint64_t expected;  // by the reference encoder
+    };
+    const std::vector<Row> rows = {
+        {"string", prose, prose, frame + ref("prose")},
+        {"text", {{{"type", "text"}, {"text", prose}}}, {{{"type", "text"}, {"text", prose}}}, frame + ref("prose")},
+        {"thinking",
+         {{{"type", "thinking"}, {"thinking", prose}, {"signature", "sig"}}},
+         prose,
+         frame + 1 + ref("prose")},
+        {"tool_result",
+         {{{"type", "tool_result"}, {"tool_use_id", "toolu_1"}, {"content", code}}},
+         code,
+         frame + 1 + ref("code")},
+        {"tool_result blocks",
+         {{{"type", "tool_result"}, {"tool_use_id", "toolu_1"}, {"content", {{{"type", "text"}, {"text", code}}}}}},
+         code,
+         frame + 1 + ref("code")},
+        {"tool_use",
+         {{{"type", "tool_use"}, {"id", "toolu_1"}, {"name", texts.at("name")}, {"input", {{"query", prose}}}}},
+         texts.at("name") + "query" + prose,
+         frame + 1 + ref("name") + ref("key") + ref("prose")},
+        {"document text",
+         {{{"type", "document"},
+           {"title", texts.at("title")},
+           {"source", {{"type", "text"}, {"media_type", "text/plain"}, {"data", prose}}}}},
+         {{{"type", "text"}, {"text", texts.at("title")}}, {{"type", "text"}, {"text", prose}}},
+         frame + 1 + ref("title") + ref("prose")},
+        {"image url",
+         {{{"type", "image"}, {"source", {{"type", "url"}, {"url", "https://example.com/a.png"}}}}},
+         {{{"type", "image_url"}, {"image_url", {{"url", "https://example.com/a.png"}}}}},
+         frame + 1 + 1000},
+    };
+    for (const auto& row : rows) {
+        SCOPED_TRACE(row.block);
+        auto priced = messages(row.content);
+        EXPECT_EQ(priced, row.expected);
+        auto overhead = std::string(row.block) == "string" || std::string(row.block) == "text" ? 0u : 1u;
+        // tool_use's chat text above is one string: the reference counts its parts apart.
+        if (std::string(row.block) != "tool_use") {
+            EXPECT_EQ(priced, chat(row.chat_content) + overhead);
+        }
+    }
+    // The system prompt is a message of its own, as chat's system message is.
+    json with_system = {
+        {"model", "m"}, {"max_tokens", 1}, {"system", code}, {"messages", {{{"role", "user"}, {"content", prose}}}}};
+    json chat_system = {
+        {"model", "m"},
+        {"messages", {{{"role", "system"}, {"content", code}}, {{"role", "user"}, {"content", prose}}}}};
+    EXPECT_EQ(input("/v1/messages", with_system), frame + ref("prose") + 4 + ref("system") + ref("code"));
+    EXPECT_EQ(input("/v1/messages", with_system), input("/v1/chat/completions", chat_system));
+    with_system["system"] = {{{"type", "text"}, {"text", code}, {"cache_control", {{"type", "ephemeral"}}}}};
+    EXPECT_EQ(input("/v1/messages", with_system), input("/v1/chat/completions", chat_system)) << "as text blocks";
+    // count_tokens answers what the same body is priced at.
+    auto counted = gw.request({"POST", "/v1/messages/count_tokens", {{"x-api-key", "k1"}}, with_system.dump()});
+    ASSERT_EQ(counted.status, 200) << counted.body;
+    EXPECT_EQ(json::parse(counted.body)["input_tokens"], input("/v1/messages", with_system));
+}
+
+}  // namespace
+}  // namespace tokengate::testing

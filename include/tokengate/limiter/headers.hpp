@@ -16,8 +16,9 @@ struct HeaderField {
 
 /// Every rate-limit header of SPEC §6/§10 for a decision, describing the state right after
 /// admission: X-RateLimit-*, IETF RateLimit-Policy/RateLimit, OpenAI x-ratelimit-*-requests /
-/// -tokens, and Retry-After on a refusal that could ever pass.
-std::vector<HeaderField> rate_limit_headers(const Decision& decision, core::Nanos unix_now);
+/// -tokens, and Retry-After on a refusal that could ever pass. `anthropic` adds Anthropic's
+/// anthropic-ratelimit-requests-* / -tokens-* (SPEC §20: reset as an RFC 3339 instant).
+std::vector<HeaderField> rate_limit_headers(const Decision& decision, core::Nanos unix_now, bool anthropic = false);
 
 /// OpenAI-style duration, rounded up to the millisecond: "12ms", "1s", "1.5s", "6m0s", "1h2m3s".
 std::string openai_duration(core::Nanos duration);

@@ -17,7 +17,7 @@
 namespace tokengate::server {
 
 /// One request of a trace: JSON lines {"t", "key", "path", "client_ip", "body" | "cost",
-/// "usage": {"prompt_tokens", "completion_tokens"}, "duration_s", "load"}, or tokengate's own access
+/// "usage": {"prompt_tokens", "completion_tokens", "cached_tokens"}, "duration_s", "load"}, or tokengate's own access
 /// log (a line with "ts" and "request_id"), whose requests are known by key_id and tenant.
 struct TraceEntry {
     double t = 0;  // seconds from the trace's start
@@ -29,6 +29,7 @@ struct TraceEntry {
     std::string body;            // the request body as JSON text; empty when `cost` is given
     std::optional<double> cost;  // a cost given directly instead of a body
     std::optional<std::uint64_t> prompt_tokens, completion_tokens;  // what the upstream reported
+    std::uint64_t cached_tokens = 0;                                // of the prompt (cost.cached_input_factor)
     double duration_s = 0;                                          // how long the exchange lasted
     // An access-log line's priced request (record_admission), so its price, output bound and live
     // budget are worked out again under the proposed config; absent in older logs (`cost` then).

@@ -28,9 +28,11 @@ Result<Admitted> admit(const Runtime& runtime, const Incoming& in, const cost::O
                        "Refused request path: " + std::string(in.target.why) + ".");
     who = runtime.keys.authenticate(in.key);
     if (!who)
-        return invalid(http::status::unauthorized, "invalid_api_key",
-                       in.key.empty() ? "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'."
-                                      : "Incorrect API key provided.");
+        return invalid(
+            http::status::unauthorized, "invalid_api_key",
+            in.key.empty()
+                ? "You didn't provide an API key. Send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
+                : "Incorrect API key provided.");
     auto parsed =
         cost::parse_request_body(in.body, cfg.cost, &runtime.tokenizers, in.target.path, &cfg.models, count_limit);
     if (parsed.error != cost::BodyError::none)

@@ -153,7 +153,7 @@ net::awaitable<Result<Permit>> limit(store::Store& store, Admitted& admitted, co
             }
             decision = std::move(again);
         }
-    auto headers = limiter::rate_limit_headers(decision, clock.unix_now());
+    auto headers = limiter::rate_limit_headers(decision, clock.unix_now(), admitted.summary.anthropic());
     observe(decision, tenant, metrics);
     if (seen) seen->decided(decision);
     if (!decision.allowed) {

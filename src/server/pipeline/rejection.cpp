@@ -4,8 +4,9 @@
 
 namespace tokengate::server::pipeline {
 
-std::string render(const Rejection& r, unsigned version, bool keep_alive, std::string_view request_id) {
-    return error_response_text(r.status, r.type, r.code, r.message, version, keep_alive, request_id, r.headers);
+std::string render(const Rejection& r, unsigned version, bool keep_alive, std::string_view request_id,
+                   ErrorShape shape) {
+    return error_response_text(r.status, r.type, r.code, r.message, version, keep_alive, request_id, r.headers, shape);
 }
 
 Rejection shutting_down() {

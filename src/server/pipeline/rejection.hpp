@@ -11,10 +11,12 @@
 #include <vector>
 
 #include "tokengate/limiter/headers.hpp"
+#include "tokengate/server/responses.hpp"
 
 namespace tokengate::server::pipeline {
 
 namespace http = boost::beast::http;
+using server::ErrorShape;
 
 struct Rejection {
     http::status status = http::status::internal_server_error;
@@ -32,8 +34,9 @@ struct Rejection {
 template <class T>
 using Result = std::variant<T, Rejection>;
 
-/// The whole answer as it goes on the wire (SPEC §6's error body).
-std::string render(const Rejection& rejection, unsigned version, bool keep_alive, std::string_view request_id);
+/// The whole answer as it goes on the wire (SPEC §6's error body, or §20's Anthropic one).
+std::string render(const Rejection& rejection, unsigned version, bool keep_alive, std::string_view request_id,
+                   ErrorShape shape = ErrorShape::openai);
 
 /// The fixed refusals that need no stage's state.
 Rejection shutting_down();

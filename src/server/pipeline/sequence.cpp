@@ -1,6 +1,7 @@
 #include "sequence.hpp"
 
 #include "../services.hpp"
+#include "count_tokens.hpp"
 #include "shed.hpp"
 
 namespace tokengate::server::pipeline {
@@ -11,7 +12,7 @@ Outcome refuse(RequestRecord& rec, Rejection no, bool keep_alive = true) {
     rec.status = static_cast<unsigned>(no.status);
     rec.rejected_level = no.level;
     rec.rejected_limit = no.limit;
-    return {std::move(no), keep_alive};
+    return {std::move(no), keep_alive, {}};
 }
 
 }  // namespace
@@ -30,6 +31,11 @@ void record_admission(const Runtime& runtime, const Admitted& admitted, RequestR
 net::awaitable<Outcome> proceed(const StageServices& s, const Runtime& runtime, Admitted& admitted, RequestRecord& rec,
                                 Ends& ends) {
     const auto& cost = runtime.config->cost;
+    if (auto counted = answer_locally(admitted)) {
+        rec.cost = 0;  // nothing is charged, in any unit
+        rec.status = 200;
+        co_return Outcome{{}, true, std::move(*counted)};
+    }
     auto load = read_load(runtime, admitted.route, s.clock.now());
     rec.load_queue = load.least_queue();
     rec.load_kv_cache = load.least_kv_cache();
@@ -49,7 +55,7 @@ net::awaitable<Outcome> proceed(const StageServices& s, const Runtime& runtime, 
         if (turn.displaced_from) co_return refuse(rec, displaced(*turn.displaced_from));
         if (!turn.started()) {
             rec.status = 499;
-            co_return Outcome{{}, false};
+            co_return Outcome{{}, false, {}};
         }
     }
 
@@ -65,10 +71,11 @@ net::awaitable<Outcome> proceed(const StageServices& s, const Runtime& runtime, 
     rec.cost_settled = done.settled.cost;
     rec.prompt_tokens = done.settled.prompt_tokens;
     rec.completion_tokens = done.settled.completion_tokens;
+    rec.cached_tokens = done.settled.cached_tokens;
     rec.stopped = done.stopped;
     if (done.rejection) co_return refuse(rec, std::move(*done.rejection), done.keep_alive);
     rec.status = done.status;
-    co_return Outcome{{}, done.keep_alive};
+    co_return Outcome{{}, done.keep_alive, {}};
 }
 
 }  // namespace tokengate::server::pipeline

@@ -1,15 +1,17 @@
 #pragma once
 
-// The stage sequence after admission (SPEC §1), one for `serve` and `simulate`: shed → limit →
-// queue turn → exchange → settle → learn. What differs between the two is behind `Ends`: serve
-// watches a client socket and exchanges with an upstream; simulate replays a trace line's usage
-// on a manual clock. A stage added here is one both run.
+// The stage sequence after admission (SPEC §1), one for `serve` and `simulate`: a request the
+// gateway answers itself (count_tokens) → shed → limit → queue turn → exchange → settle → learn.
+// What differs between the two is behind `Ends`: serve watches a client socket and exchanges with
+// an upstream; simulate replays a trace line's usage on a manual clock. A stage added here is one
+// both run.
 
 #include <boost/asio/awaitable.hpp>
 
 #include <functional>
 #include <optional>
 #include <span>
+#include <string>
 
 #include "admit.hpp"
 #include "exchange.hpp"
@@ -61,6 +63,7 @@ public:
 struct Outcome {
     std::optional<Rejection> refusal;  // to answer instead of (or, after a failed exchange, in place of) a response
     bool keep_alive = false;           // whether the client connection stays (not when it left while queued)
+    std::string answer;                // a 200 JSON body the gateway answers itself (count_tokens.hpp)
 };
 
 /// Runs the stages for an admitted request and fills `rec` as they go (SPEC §9).

@@ -294,3 +294,55 @@ TEST(Simulate, AnAccessLogIsATraceFromItsFirstRequest) {
 
 }  // namespace
 }  // namespace tokengate::server
+
+namespace tokengate::server {
+namespace {
+
+// SPEC §20 in the one pipeline: count_tokens is answered without a charge, and cached prompt
+// tokens settle at cost.cached_input_factor, in simulate as in serve.
+TEST(Simulate, CountTokensIsFreeAndCachedPromptsSettleAtTheirFactor) {
+    auto config = [](const std::string& factor) {
+        return config::load_config_text(
+            "upstreams: [ { name: up, url: \"http://127.0.0.1:8000\" } ]\n"
+            "routes: [ { path_prefix: /v1/messages, upstreams: [up] }, { path: /v1/chat/completions, upstreams: "
+            "[up] } ]\n"
+            "cost: { cached_input_factor: " +
+                factor +
+                " }\n"
+                "tenants:\n  - id: seed\n    keys: "
+                "[\"sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\"]\n"
+                "    limits: [ { name: budget, algorithm: token_bucket, capacity: 40, rate: 0.001/s, unit: cost } ]\n",
+            "cache.yaml");
+    };
+    std::string words;
+    for (int i = 0; i < 1500; ++i) words += "word ";
+    std::stringstream lines;
+    // Five counts of a 1,500-token prompt: 15 units each, were they charged.
+    for (int i = 0; i < 5; ++i)
+        lines
+            << R"({"t": )" << i / 10.0
+            << R"(, "key": "test", "path": "/v1/messages/count_tokens", "body": {"messages": [{"role": "user", "content": ")"
+            << words << R"("}]}})"
+            << "\n";
+    // Three chats of that prompt, each reserving about 20 units, answered from the prompt cache.
+    for (int i = 0; i < 3; ++i)
+        lines
+            << R"({"t": )" << 1 + i
+            << R"(, "key": "test", "path": "/v1/chat/completions", "duration_s": 0.1, "body": {"messages": [{"role": "user", "content": ")"
+            << words << R"("}]}, "usage": {"prompt_tokens": 1500, "completion_tokens": 10, "cached_tokens": 1500}})"
+            << "\n";
+    TraceStats stats;
+    auto trace = read_trace(lines, stats);
+    auto statuses = [&](const std::string& factor) {
+        std::vector<int> out;
+        for (const auto& d : simulate(config(factor), trace).decisions) out.push_back(d.status);
+        return out;
+    };
+    EXPECT_EQ(statuses("0"), (std::vector<int>{200, 200, 200, 200, 200, 200, 200, 200}))
+        << "a cached prompt settles at the minimum";
+    EXPECT_EQ(statuses("1"), (std::vector<int>{200, 200, 200, 200, 200, 200, 200, 429}))
+        << "in full, two chats leave too little for a third";
+}
+
+}  // namespace
+}  // namespace tokengate::server
