@@ -44,6 +44,7 @@ usage:
                                          replay a JSON-lines trace through the limits on a virtual
                                          clock; writes DIR/summary.json, decisions.csv, report.html
   tokengate mock-upstream --port N [--host H] [--tokens-per-s R] [--max-seqs N] [--tls-cert F --tls-key F [--tls-client-ca F]]
+                          [--prefix-cache N [--cached-ttft MS] [--prefill-tokens-per-s R] [--prefix-tokens N]]
                                          run an OpenAI-compatible fake backend
   tokengate --version
 )";
@@ -174,6 +175,12 @@ int mock_upstream(const std::vector<std::string>& args) {
         if (auto v = option_value(args, {"--tls-key"})) options.tls_key = *v;
         if (auto v = option_value(args, {"--tls-client-ca"})) options.tls_client_ca = *v;
         if (auto v = option_value(args, {"--max-seqs"})) options.max_seqs = std::stoull(*v);
+        if (auto v = option_value(args, {"--prefix-cache"})) options.prefix_cache = std::stoull(*v);
+        if (auto v = option_value(args, {"--cached-ttft"})) options.cached_ttft_ms = std::stod(*v);
+        if (auto v = option_value(args, {"--prefill-tokens-per-s"})) options.prefill_tokens_per_s = std::stod(*v);
+        if (auto v = option_value(args, {"--prefix-tokens"})) options.prefix_tokens = std::stoull(*v);
+        if (!(options.cached_ttft_ms >= 0) || !(options.prefill_tokens_per_s > 0) || options.prefix_tokens == 0)
+            throw std::invalid_argument("mock option");
     } catch (const std::exception&) {
         std::cerr << "mock-upstream: invalid option value\n" << k_usage;
         return 2;

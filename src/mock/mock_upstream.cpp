@@ -19,9 +19,12 @@
 #include <array>
 #include <charconv>
 #include <deque>
+#include <list>
+#include <unordered_map>
 
 #include "tokengate/core/clock.hpp"
 #include "tokengate/cost/cost.hpp"
+#include "tokengate/cost/prompt_prefix.hpp"
 #include "tokengate/proxy/timed_stream.hpp"
 #include "tokengate/server/responses.hpp"
 #include "tokengate/tls/context.hpp"
@@ -51,6 +54,11 @@ struct Stats {
     std::uint64_t generation_tokens = 0;
     std::uint64_t tls_handshakes = 0;
     std::uint64_t tls_resumed = 0;
+    // --prefix-cache: the prefixes held, most recently used first, and vLLM's counters (tokens).
+    std::list<std::uint64_t> prefixes;
+    std::unordered_map<std::uint64_t, std::list<std::uint64_t>::iterator> cached;
+    std::uint64_t prefix_queries = 0;
+    std::uint64_t prefix_hits = 0;
     std::shared_ptr<net::ssl::context> tls;  // set: HTTPS
 };
 
@@ -453,8 +461,12 @@ private:
                 std::to_string(stats_.prompt_tokens) +
                 "\n# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total " +
                 std::to_string(stats_.generation_tokens) +
-                "\n# TYPE mock_requests_total counter\nmock_requests_total " + std::to_string(stats_.requests) +
-                "\n# TYPE mock_cancelled_total counter\nmock_cancelled_total " + std::to_string(stats_.cancelled) +
+                "\n# TYPE vllm:prefix_cache_queries_total counter\nvllm:prefix_cache_queries_total " +
+                std::to_string(stats_.prefix_queries) +
+                "\n# TYPE vllm:prefix_cache_hits_total counter\nvllm:prefix_cache_hits_total " +
+                std::to_string(stats_.prefix_hits) + "\n# TYPE mock_requests_total counter\nmock_requests_total " +
+                std::to_string(stats_.requests) + "\n# TYPE mock_cancelled_total counter\nmock_cancelled_total " +
+                std::to_string(stats_.cancelled) +
                 "\n# TYPE mock_tls_handshakes_total counter\nmock_tls_handshakes_total " +
                 std::to_string(stats_.tls_handshakes) +
                 "\n# TYPE mock_tls_resumed_total counter\nmock_tls_resumed_total " +
@@ -499,6 +511,7 @@ private:
         };
 
         if (!co_await pause(delay)) co_return abandon();
+        if (!co_await prefill(req, plan)) co_return abandon();
         if (!plan.stream) {
             if (!co_await pause(per_token() * static_cast<std::int64_t>(plan.completion_tokens))) co_return abandon();
             stats_.generation_tokens += plan.completion_tokens;
@@ -534,6 +547,32 @@ private:
         }
         auto [lec, ln] = co_await net::async_write(stream_, http::make_chunk_last(), k_use);
         co_return !lec;
+    }
+
+    /// --prefix-cache (SPEC §22): a cached prefix starts generating after --cached-ttft, any other
+    /// prompt after its prefill, and its prefix is cached then. False if the client left meanwhile.
+    net::awaitable<bool> prefill(const http::request<http::string_body>& req, const Completion& plan) {
+        if (!options_.prefix_cache) co_return true;
+        auto prefix = cost::prompt_prefix_hash(req.body(), plan.kind, options_.prefix_tokens, nullptr);
+        stats_.prefix_queries += plan.prompt_tokens;
+        auto hit = prefix ? stats_.cached.find(*prefix) : stats_.cached.end();
+        if (hit != stats_.cached.end()) {
+            stats_.prefix_hits += std::min(plan.prompt_tokens, options_.prefix_tokens);
+            stats_.prefixes.splice(stats_.prefixes.begin(), stats_.prefixes, hit->second);
+            co_return co_await pause(
+                std::chrono::microseconds(static_cast<std::int64_t>(options_.cached_ttft_ms * 1e3)));
+        }
+        auto seconds = static_cast<double>(plan.prompt_tokens) / options_.prefill_tokens_per_s;
+        if (!co_await pause(std::chrono::microseconds(static_cast<std::int64_t>(seconds * 1e6)))) co_return false;
+        if (prefix && !stats_.cached.contains(*prefix)) {
+            stats_.prefixes.push_front(*prefix);
+            stats_.cached[*prefix] = stats_.prefixes.begin();
+            if (stats_.prefixes.size() > options_.prefix_cache) {
+                stats_.cached.erase(stats_.prefixes.back());
+                stats_.prefixes.pop_back();
+            }
+        }
+        co_return true;
     }
 
     /// A place in the batch (counted in `running`). --max-seqs: a full batch queues the request,

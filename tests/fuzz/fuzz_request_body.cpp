@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "tokengate/cost/cost.hpp"
+#include "tokengate/cost/prompt_prefix.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     static constexpr std::array<std::string_view, 12> k_paths = {
@@ -35,5 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
     }
     (void)tokengate::cost::estimate_tokens(body);
+    // SPEC §22: the prefix prefix_affinity hashes, read from any body of any shape.
+    (void)tokengate::cost::prompt_prefix_hash(body, parsed.summary.endpoint, 1 + data[0] % 300, nullptr);
     return 0;
 }

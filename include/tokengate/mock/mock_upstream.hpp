@@ -15,6 +15,14 @@ struct MockOptions {
     /// A GPU's batch: at most this many requests generate at once, the rest wait in FIFO order
     /// (vLLM's max_num_seqs); 0 = no limit.
     std::uint64_t max_seqs = 0;
+    /// SPEC §22: a prefix cache of this many prompt prefixes (least recently used go first); 0 =
+    /// none, and no prefill time either. A request whose prefix (its first `prefix_tokens`
+    /// tokens) is cached starts generating after `cached_ttft_ms`, any other after its prompt's
+    /// prefill at `prefill_tokens_per_s`.
+    std::uint64_t prefix_cache = 0;
+    double cached_ttft_ms = 5;
+    double prefill_tokens_per_s = 10000;
+    std::uint64_t prefix_tokens = 256;
 };
 
 /// An OpenAI-compatible fake inference server: /v1/chat/completions, /v1/completions (JSON and
