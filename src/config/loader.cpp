@@ -856,7 +856,8 @@ struct Loader {
         r.expect_sequence(n, "routes");
         if (n.size() == 0) r.fail(n, "routes must list at least one route");
         for (const auto& item : n) {
-            r.expect_map(item, "route", {"path", "path_prefix", "upstreams", "models", "limits", "balance"});
+            r.expect_map(item, "route",
+                         {"path", "path_prefix", "upstreams", "models", "limits", "balance", "affinity", "retry"});
             RouteConfig route;
             if (item["path"] && item["path_prefix"])
                 r.fail(item["path_prefix"], "a route takes either 'path' or 'path_prefix', not both");
@@ -892,7 +893,34 @@ struct Loader {
                 auto b = r.string_of(item["balance"], "balance");
                 if (b == "weighted") route.balance = Balance::weighted;
                 else if (b == "least_loaded") route.balance = Balance::least_loaded;
-                else r.fail(item["balance"], "balance must be weighted or least_loaded, got '" + b + "'");
+                else if (b == "prefix_affinity") route.balance = Balance::prefix_affinity;
+                else
+                    r.fail(item["balance"],
+                           "balance must be weighted, least_loaded or prefix_affinity, got '" + b + "'");
+            }
+            if (const auto& a = item["affinity"]) {
+                r.expect_map(a, "route affinity", {"prefix_tokens", "max_load"});
+                if (route.balance != Balance::prefix_affinity)
+                    r.fail(a, "'affinity' applies to 'balance: prefix_affinity' only");
+                if (a["prefix_tokens"])
+                    route.affinity.prefix_tokens = r.whole(a["prefix_tokens"], "affinity.prefix_tokens", 1, 1'000'000);
+                if (a["max_load"]) {
+                    route.affinity.max_load = r.number(a["max_load"], "affinity.max_load");
+                    if (!(route.affinity.max_load >= 1 && route.affinity.max_load <= 100))
+                        r.fail(a["max_load"], "affinity.max_load must be from 1 to 100");
+                }
+            }
+            if (const auto& t = item["retry"]) {
+                r.expect_map(t, "route retry", {"on", "attempts"});
+                if (!t["on"]) r.fail(t, "retry needs 'on': the upstream statuses to retry, e.g. [429, 503]");
+                r.expect_sequence(t["on"], "retry.on");
+                for (const auto& s : t["on"]) {
+                    auto status = static_cast<unsigned>(r.whole(s, "retry.on", 400, 599));
+                    route.retry.on.push_back(status);
+                }
+                route.retry.attempts = 1;
+                if (t["attempts"])
+                    route.retry.attempts = static_cast<unsigned>(r.whole(t["attempts"], "retry.attempts", 0, 8));
             }
             parsing_route = &route;
             if (item["limits"]) route.limits = limits(item["limits"], "route limits");

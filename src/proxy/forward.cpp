@@ -141,6 +141,15 @@ net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& heal
 
     result.first_byte_at = clock.now();
     result.status = parser->get().result_int();
+    if (hooks.retry_elsewhere && hooks.retry_elsewhere(result.status)) {
+        watch.active = nullptr;
+        // The refusal's body is not read: the connection goes, not back to the pool.
+        if (result.status >= 500) health.record_failure(cfg, clock.now());
+        else health.record_success();
+        pool.release(std::move(conn), false);
+        result.outcome = watch.client_gone ? ForwardOutcome::client_gone : ForwardOutcome::retry_elsewhere;
+        co_return result;
+    }
     bool upstream_keep_alive = parser->get().keep_alive();
     // The relay buffer lives with the connection: a 16 KiB array in this coroutine's frame made
     // every request allocate a 17 KiB frame.

@@ -14,6 +14,7 @@
 #include "admin_status.hpp"
 #include "linger.hpp"
 #include "pipeline/admit.hpp"
+#include "pipeline/exchange.hpp"
 #include "pipeline/limit.hpp"
 #include "services.hpp"
 #include "tokengate/auth/key_table.hpp"
@@ -95,7 +96,7 @@ Response tenant_state(const config::TenantConfig& tenant, const limiter::Decisio
 
 /// POST /admin/explain's input, admitted (nothing charged), or the error to answer.
 std::variant<pipeline::Admitted, Response> explain_admission(const Runtime& rt, const cost::OutputHistory& history,
-                                                             const std::string& body) {
+                                                             const std::string& body, std::string& request_body) {
     json in = json::parse(body, nullptr, false);
     if (!in.is_object() || !in.contains("key") || !in["key"].is_string())
         return admin_error(http::status::bad_request, "invalid_body",
@@ -110,7 +111,7 @@ std::variant<pipeline::Admitted, Response> explain_admission(const Runtime& rt, 
     if (!path || !client_ip)
         return admin_error(http::status::bad_request, "invalid_body", "'path' and 'client_ip' must be strings.");
     auto target = proxy::normalize_target(*path);  // as the data plane matches it
-    std::string request_body = in.contains("body") ? in["body"].dump() : std::string();
+    request_body = in.contains("body") ? in["body"].dump() : std::string();
     auto key = in["key"].get<std::string>();
     std::optional<auth::Principal> who;
     // The data plane's own admission: a refusal there is this call's 400, with the same code.
@@ -120,7 +121,7 @@ std::variant<pipeline::Admitted, Response> explain_admission(const Runtime& rt, 
     return std::get<pipeline::Admitted>(std::move(admitted));
 }
 
-Response explain(Services& services, const Runtime& rt, const pipeline::Admitted& a,
+Response explain(Services& services, const Runtime& rt, const pipeline::Admitted& a, std::string_view request_body,
                  const limiter::Decision& decision) {
     if (decision.unavailable) return limiter_unavailable();
     json limits = json::array();
@@ -169,6 +170,11 @@ Response explain(Services& services, const Runtime& rt, const pipeline::Admitted
         auto why = limiter::describe_rejection(decision, a.charges);
         out["rejection"] = {{"type", why.type}, {"code", why.code}, {"message", why.message}};
     }
+    // SPEC §22: where it would go now, and why.
+    std::string why;
+    auto upstream = pipeline::choose_upstream(rt, a, request_body, services.clock.now(), &why);
+    out["upstream"] = upstream ? json(cfg.upstreams[*upstream].name) : json(nullptr);
+    out["upstream_why"] = upstream ? why : "every upstream of the route is ejected";
     return json_response(http::status::ok, out);
 }
 
@@ -243,10 +249,11 @@ net::awaitable<Response> handle(Services& services, const http::request<http::st
         co_return json_response(http::status::unprocessable_entity, {{"reloaded", false}, {"error", error}});
     }
     if (req.method() == http::verb::post && path == "/admin/explain") {
-        auto admitted = explain_admission(*rt, services.output_history, req.body());
+        std::string request_body;
+        auto admitted = explain_admission(*rt, services.output_history, req.body(), request_body);
         if (auto* error = std::get_if<Response>(&admitted)) co_return std::move(*error);
         const auto& a = std::get<pipeline::Admitted>(admitted);
-        co_return explain(services, *rt, a, co_await pipeline::preview(*services.store, a.charges));
+        co_return explain(services, *rt, a, request_body, co_await pipeline::preview(*services.store, a.charges));
     }
     co_return admin_error(http::status::not_found, "not_found", "Unknown admin path.");
 }

@@ -23,6 +23,10 @@ Runtime::Runtime(std::shared_ptr<const config::GatewayConfig> cfg, const Runtime
         if (up.https && !kept_tls) kept_tls = std::make_shared<tls::ClientContext>(up.tls, config->source_path);
         upstream_tls.push_back(up.https ? kept_tls : nullptr);
     }
+    for (const auto& route : config->routes)
+        rings.push_back(route.balance == config::Balance::prefix_affinity
+                            ? proxy::AffinityRing(route, config->upstreams)
+                            : proxy::AffinityRing());
     tokenizers = cost::Tokenizers::load(*config, previous ? &previous->tokenizers : nullptr);
     if (config->server.tls) server_tls = tls::make_server_context(*config->server.tls, config->source_path);
 }

@@ -55,6 +55,10 @@ GatewayMetrics::GatewayMetrics(metrics::Registry& r)
       usage_clamped(r.counter("tokengate_usage_clamped_total",
                               "Upstream usage reports past what the request could have used, clamped (SPEC §17).",
                               {"upstream"})),
+      upstream_retries(r.counter("tokengate_upstream_retries_total",
+                                 "Upstream refusals (routes[].retry) asked again on another upstream, by the upstream "
+                                 "that refused and its status (SPEC §22).",
+                                 {"upstream", "status"})),
       tls_handshakes(
           r.counter("tokengate_tls_handshakes_total", "Client TLS handshakes completed, by version.", {"version"})),
       tls_handshake_failures(r.counter("tokengate_tls_handshake_failures_total",

@@ -56,6 +56,7 @@ struct GatewayMetrics {
     metrics::Family& output_capped;
     metrics::Family& streams_stopped;
     metrics::Family& usage_clamped;
+    metrics::Family& upstream_retries;
     metrics::Family& tls_handshakes;
     metrics::Family& tls_handshake_failures;
     metrics::Family& upstream_tls_handshakes;

@@ -432,6 +432,20 @@ bool GatewayUnderTest::log_contains(const std::string& text, std::chrono::millis
     }
 }
 
+std::vector<std::string> GatewayUnderTest::access_lines(const std::string& path, std::size_t expected) const {
+    std::vector<std::string> out;
+    auto marker = "\"path\":\"" + path + "\"";
+    for (int attempt = 0; attempt < 200 && out.size() < expected; ++attempt) {
+        if (attempt) std::this_thread::sleep_for(50ms);
+        out.clear();
+        std::istringstream in(log());
+        std::string line;
+        while (std::getline(in, line))
+            if (line.starts_with("{\"ts\":") && line.find(marker) != std::string::npos) out.push_back(line);
+    }
+    return out;
+}
+
 double metric_total(const std::string& metrics, const std::string& name) {
     double total = 0;
     std::istringstream in(metrics);

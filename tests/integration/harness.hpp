@@ -190,6 +190,9 @@ public:
     std::string log() const { return read_file(dir_.path() + "/gateway.log"); }
     /// The access log is written asynchronously: waits until `text` appears in it.
     bool log_contains(const std::string& text, std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
+    /// The access lines of requests to `path` (in the order written: workers write in any
+    /// order), once there are `expected` of them or 10 s passed.
+    std::vector<std::string> access_lines(const std::string& path, std::size_t expected) const;
     Process& gateway() { return *gateway_; }
     Process& mock() { return *mock_; }
     /// Stops the gateway with `signal` (its exit code, or -1, in `exit_code`), then starts it

@@ -156,12 +156,29 @@ struct WeightedUpstream {
     unsigned weight = 1;
 };
 
-enum class Balance { weighted, least_loaded };
+enum class Balance { weighted, least_loaded, prefix_affinity };
+
+/// `balance: prefix_affinity` (SPEC §22): the prompt's first `prefix_tokens` tokens pick an
+/// upstream on a consistent-hash ring, passed over while its in-flight + queue is above
+/// `max_load` × the route's average.
+struct AffinityConfig {
+    std::uint64_t prefix_tokens = 256;
+    double max_load = 1.25;
+};
+
+/// `retry: { on: [429, 503], attempts: 1 }`: an upstream's refusal with one of these statuses,
+/// before any byte of its body reached the client, is tried on another upstream of the route.
+struct RetryConfig {
+    std::vector<unsigned> on;
+    unsigned attempts = 0;  // 0: no retry
+};
 
 struct RouteConfig {
     std::string path;
     bool prefix = false;
     Balance balance = Balance::weighted;
+    AffinityConfig affinity;
+    RetryConfig retry;
     std::vector<WeightedUpstream> upstreams;
     std::vector<std::string> models;
     std::vector<LimitSpec> limits;

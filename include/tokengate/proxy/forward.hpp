@@ -29,6 +29,7 @@ enum class ForwardOutcome {
     upstream_timeout,      // nothing received in time → 504
     upstream_broken,       // the upstream failed after the response started
     client_gone,           // the client went away; the upstream request was cancelled
+    retry_elsewhere,       // ForwardHooks::retry_elsewhere turned the response away: nothing was relayed
 };
 
 /// The https handshakes a forward made (none when it reused a pooled connection).

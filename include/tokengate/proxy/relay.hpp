@@ -46,6 +46,9 @@ struct ForwardHooks {
         bool end = false;
     };
     std::function<net::awaitable<Next>()> after_piece;
+    /// Asked with the upstream's final status before anything is relayed: true turns the
+    /// response away unread (the request goes to another upstream, SPEC §22's retry).
+    std::function<bool(unsigned status)> retry_elsewhere;
 };
 
 struct RelayOptions {

@@ -30,6 +30,9 @@ struct Runtime {
     std::vector<std::shared_ptr<proxy::UpstreamHealth>> health;
     /// Load per upstream from its /metrics (same index); kept across reloads by name.
     std::vector<std::shared_ptr<proxy::UpstreamLoad>> load;
+    /// Per route (same index as config->routes): its consistent-hash ring under
+    /// `balance: prefix_affinity`, else empty.
+    std::vector<proxy::AffinityRing> rings;
     /// The estimator's and the models' tokenizers; a file unchanged by a reload is kept.
     cost::Tokenizers tokenizers;
     /// The listener's certificate (server.tls), loaded anew by every reload: new handshakes

@@ -1,9 +1,12 @@
 #include "exchange.hpp"
 
 #include "../services.hpp"
+#include "tokengate/cost/prompt_prefix.hpp"
 #include "tokengate/proxy/balance.hpp"
 
 #include <spdlog/spdlog.h>
+
+#include <array>
 
 namespace tokengate::server::pipeline {
 
@@ -48,7 +51,8 @@ Exchanged conclude(const ExchangeRequest& in, const proxy::ForwardResult& result
             out.keep_alive = in.client.keep_alive;
             out.rejection = upstream_failed(result.outcome == proxy::ForwardOutcome::upstream_timeout, in.headers);
             break;
-        case proxy::ForwardOutcome::upstream_broken: break;
+        case proxy::ForwardOutcome::upstream_broken:
+        case proxy::ForwardOutcome::retry_elsewhere: break;  // (exchange tries the next upstream instead)
         case proxy::ForwardOutcome::client_gone: out.status = 499; break;
     }
     const auto& output = in.admitted.output;
@@ -85,22 +89,51 @@ void usage_clamped(Worker& worker, const std::string& upstream, const cost::Sett
             upstream, settled.prompt_tokens, settled.completion_tokens);
 }
 
+/// The prompt prefix and ring prefix affinity needs; nothing for any other balance.
+proxy::Affinity affinity_for(const Runtime& runtime, const Admitted& admitted, std::string_view body) {
+    const auto& route = runtime.config->routes[admitted.route];
+    if (route.balance != config::Balance::prefix_affinity) return {};
+    return {&runtime.rings[admitted.route], cost::prompt_prefix_hash(body, admitted.summary.endpoint,
+                                                                     route.affinity.prefix_tokens, admitted.tokenizer)};
+}
+
+/// Counts a request at its upstream while it is there (prefix affinity's bound).
+struct AtUpstream {
+    proxy::UpstreamLoad& load;
+    explicit AtUpstream(proxy::UpstreamLoad& l) : load(l) {
+        load.sent();  // least_loaded counts it until the next scrape
+        load.started();
+    }
+    ~AtUpstream() { load.finished(); }
+    AtUpstream(const AtUpstream&) = delete;
+    AtUpstream& operator=(const AtUpstream&) = delete;
+};
+
 }  // namespace
+
+std::optional<std::size_t> choose_upstream(const Runtime& runtime, const Admitted& admitted, std::string_view body,
+                                           core::Nanos now, std::string* why) {
+    return proxy::pick_upstream(runtime.config->routes[admitted.route], runtime.health, runtime.load, now,
+                                affinity_for(runtime, admitted, body), {}, why);
+}
 
 net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
     auto& services = worker.services;
     const auto& clock = services.clock;
     const auto& cfg = *in.runtime.config;
     const auto& summary = in.admitted.summary;
-    auto index = proxy::pick_upstream(cfg.routes[in.admitted.route], in.runtime.health, in.runtime.load, clock.now());
+    const auto& route = cfg.routes[in.admitted.route];
+    auto affinity = affinity_for(in.runtime, in.admitted, in.request.body());
+    // The upstreams tried so far: at most 1 + retry.attempts (8), kept in place (no allocation).
+    std::array<std::size_t, 9> tried{};
+    std::size_t tries = 0;
+    auto index = proxy::pick_upstream(route, in.runtime.health, in.runtime.load, clock.now(), affinity);
     if (!index) {
         Exchanged none;
         none.keep_alive = in.client.keep_alive;
         none.rejection = no_upstream(in.headers);
         co_return none;
     }
-    const auto& upstream = cfg.upstreams[*index];
-    in.runtime.load[*index]->sent();  // least_loaded counts it until the next scrape
     // A stream's usage arrives only if asked for: ask on the client's behalf, and hide the
     // answer from a client that did not ask.
     bool usage_injected = summary.stream && summary.injects_stream_usage() && !summary.client_wants_usage;
@@ -109,7 +142,6 @@ net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
     // SPEC §17: the upstream generates no more than was declared, even when the client named no limit.
     if (summary.sequences > 0 && (in.admitted.output.bound_lowered() || !summary.output_named))
         body = cost::with_output_limit(body, summary, in.admitted.output.bound());
-    auto up = proxy::make_upstream_request(in.request.base(), in.target, upstream, in.origin, std::move(body));
 
     cost::ResponseUsage observed;
     proxy::ForwardHooks hooks;
@@ -140,24 +172,49 @@ net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
             co_return proxy::ForwardHooks::Next{after, true};
         };
 
-    auto started = clock.now();
-    services.metrics.inflight.add({upstream.name}, 1);
-    auto result =
-        co_await proxy::forward(worker.pool_for(upstream, worker.worker_count, in.runtime.upstream_tls[*index]),
-                                *in.runtime.health[*index], up, in.client, in.watch, hooks, clock);
-    services.metrics.inflight.add({upstream.name}, -1);
-    if (upstream.https) count_handshakes(worker, upstream.name, result.tls);
-    services.metrics.upstream_duration.observe({upstream.name}, static_cast<double>(clock.now() - started) / 1e9);
-    if (result.first_byte_at) {
-        auto ttfb = static_cast<double>(result.first_byte_at - started) / 1e9;
-        services.metrics.upstream_ttfb.observe({upstream.name}, ttfb);
-        services.activity.first_byte(upstream.name, ttfb);
+    // SPEC §22: a refusal in routes[].retry.on goes to another upstream, while one is left.
+    std::optional<std::size_t> next;
+    hooks.retry_elsewhere = [&](unsigned status) {
+        return next && std::find(route.retry.on.begin(), route.retry.on.end(), status) != route.retry.on.end();
+    };
+    for (unsigned attempt = 0;; ++attempt) {
+        tried[tries++] = *index;
+        next.reset();
+        if (attempt < route.retry.attempts && tries < tried.size())
+            next = proxy::pick_upstream(route, in.runtime.health, in.runtime.load, clock.now(), affinity,
+                                        std::span(tried.data(), tries));
+        const auto& upstream = cfg.upstreams[*index];
+        // The body is copied only while another upstream may need it.
+        auto up = proxy::make_upstream_request(in.request.base(), in.target, upstream, in.origin,
+                                               next ? body : std::move(body));
+        auto started = clock.now();
+        services.metrics.inflight.add({upstream.name}, 1);
+        proxy::ForwardResult result;
+        {
+            AtUpstream at(*in.runtime.load[*index]);
+            result =
+                co_await proxy::forward(worker.pool_for(upstream, worker.worker_count, in.runtime.upstream_tls[*index]),
+                                        *in.runtime.health[*index], up, in.client, in.watch, hooks, clock);
+        }
+        services.metrics.inflight.add({upstream.name}, -1);
+        if (upstream.https) count_handshakes(worker, upstream.name, result.tls);
+        services.metrics.upstream_duration.observe({upstream.name}, static_cast<double>(clock.now() - started) / 1e9);
+        if (result.first_byte_at) {
+            auto ttfb = static_cast<double>(result.first_byte_at - started) / 1e9;
+            services.metrics.upstream_ttfb.observe({upstream.name}, ttfb);
+            services.activity.first_byte(upstream.name, ttfb);
+        }
+        if (result.outcome == proxy::ForwardOutcome::retry_elsewhere) {
+            services.metrics.upstream_retries.add({upstream.name, std::to_string(result.status)});
+            index = next;
+            continue;
+        }
+        auto out = conclude(in, result, observed);
+        if (out.settled.clamped) usage_clamped(worker, upstream.name, out.settled);
+        out.upstream = upstream.name;
+        out.stopped = result.stopped;
+        co_return out;
     }
-    auto out = conclude(in, result, observed);
-    if (out.settled.clamped) usage_clamped(worker, upstream.name, out.settled);
-    out.upstream = upstream.name;
-    out.stopped = result.stopped;
-    co_return out;
 }
 
 }  // namespace tokengate::server::pipeline

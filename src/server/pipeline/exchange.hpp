@@ -49,6 +49,12 @@ struct Exchanged {
     bool stopped = false;                // ended at the budget (stop_at_budget)
 };
 
+/// Picks the upstream (prefix affinity reads the body's prompt), forwards, and, under
+/// routes[].retry, asks another upstream when one refuses before relaying anything (SPEC §22).
 net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in);
+
+/// The upstream `admitted` would go to now, and why (/admin/explain); none if every one is ejected.
+std::optional<std::size_t> choose_upstream(const Runtime& runtime, const Admitted& admitted, std::string_view body,
+                                           core::Nanos now, std::string* why);
 
 }  // namespace tokengate::server::pipeline
