@@ -7,7 +7,7 @@ per balance, the prefix-cache hit rate (requests that met their system prompt in
 cache, from vLLM's hit counter, against the ideal: every request but each prompt's first), TTFT
 p50/p99 (to the first token event)
 and generated tokens/s, and writes the table and an SVG chart.
-    python3 bench/prefix_affinity.py [--seconds 30] [--rate 24] [--cache 8] [--out docs/load]
+    python3 bench/prefix_affinity.py [--seconds 30] [--rate 24] [--cache 8] [--batch 1] [--out docs/load]
 Needs build/release/tokengate (scripts/setup.sh release).
 """
 import argparse, asyncio, json, os, random, subprocess, sys, tempfile, time
@@ -17,10 +17,11 @@ from flood import BIN, free_port, get, metric  # noqa: E402
 
 PROMPTS, PREFIX_TOKENS, COMPLETION = 16, 1024, 24
 CACHE = 8  # prompts each GPU's prefix cache holds (--cache)
+BATCH = 1  # each GPU's batch × this (--batch): bigger GPUs, for a higher --rate
 # (name, tokens/s a sequence, batch, prefill tokens/s): two GPUs alike and one slow.
 GPUS = (("gpu-a", 300, 8, 12000), ("gpu-b", 300, 8, 12000), ("gpu-slow", 100, 4, 4000))
-# prefix_affinity at the default bound and at a looser one.
-BALANCES = (("weighted", None), ("least_loaded", None), ("prefix_affinity", 1.25), ("prefix_affinity", 2.0))
+# prefix_affinity at the default bound, a looser one, and none to speak of (--max-loads).
+MAX_LOADS = (1.25, 2.0, 100.0)
 
 
 def system_prompt(n):
@@ -84,7 +85,7 @@ tenants: [ {{ id: t, keys: ["k"] }} ]
 log: {{ access: "off", level: warn }}
 """)
     procs = [subprocess.Popen([BIN, "mock-upstream", "--port", str(port), "--tokens-per-s", str(tps),
-                               "--max-seqs", str(seqs), "--prefix-cache", str(CACHE), "--cached-ttft", "5",
+                               "--max-seqs", str(seqs * BATCH), "--prefix-cache", str(CACHE), "--cached-ttft", "5",
                                "--prefill-tokens-per-s", str(prefill), "--prefix-tokens", str(PREFIX_TOKENS)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for (_, tps, seqs, prefill), port in zip(GPUS, ports)]
@@ -140,7 +141,7 @@ def svg(rows):
             bh = (h - 90) * r[key] / top
             x = x0 + 20 + i * bar_w
             out.append(f'<rect x="{x + 4}" y="{h - 50 - bh}" width="{bar_w - 8}" height="{bh}" '
-                       f'fill="{colors[r["kind"]]}" fill-opacity="{0.55 if r["balance"].endswith(" 2") else 1.0}"/>')
+                       f'fill="{colors[r["kind"]]}" fill-opacity="{1.0 if r["balance"] == r["kind"] or r["balance"].endswith(" 1.25") else 0.6}"/>')
             out.append(f'<text x="{x + bar_w / 2}" y="{h - 55 - bh}" text-anchor="middle">{fmt.format(r[key])}</text>')
             out.append(f'<text x="{x + bar_w / 2}" y="{h - 35}" text-anchor="middle" font-size="10">'
                        f'{r["balance"].replace("_", " ").replace("prefix affinity", "affinity")}</text>')
@@ -153,16 +154,21 @@ def main():
     ap.add_argument("--seconds", type=int, default=30)
     ap.add_argument("--rate", type=float, default=24.0)
     ap.add_argument("--cache", type=int, default=CACHE)
+    ap.add_argument("--batch", type=int, default=BATCH)
+    ap.add_argument("--max-loads", default=",".join(f"{m:g}" for m in MAX_LOADS))
+    ap.add_argument("--only-affinity", action="store_true")
     ap.add_argument("--out", default=None, help="a directory for prefix_affinity.txt and .svg")
     args = ap.parse_args()
-    globals()["CACHE"] = args.cache
+    globals()["CACHE"], globals()["BATCH"] = args.cache, args.batch
     lines = [f"{PROMPTS} system prompts of ~1,500 tokens, a new user each request, {args.rate:g} req/s for "
-             f"{args.seconds} s; GPUs " + ", ".join(f"{n} ({t} tok/s, {s} seqs, prefill {p}/s, cache {CACHE})"
+             f"{args.seconds} s; GPUs " + ", ".join(f"{n} ({t} tok/s, {s * BATCH} seqs, prefill {p}/s, cache {CACHE})"
                                                    for n, t, s, p in GPUS),
              f"{'balance (max_load)':>20} {'requests':>8} {'hit rate':>8} {'ideal':>6} {'TTFT p50':>9} {'TTFT p99':>9} "
              f"{'tokens/s':>8}  shares (a, b, slow)"]
     rows = []
-    for balance, max_load in BALANCES:
+    balances = [] if args.only_affinity else [("weighted", None), ("least_loaded", None)]
+    balances += [("prefix_affinity", float(m)) for m in args.max_loads.split(",")]
+    for balance, max_load in balances:
         r = asyncio.run(run(balance, max_load, args.seconds, args.rate))
         rows.append(r)
         lines.append(f"{r['balance']:>20} {r['requests']:>8} {r['hit_rate']:>8.1%} {r['ideal']:>6.1%} "
