@@ -157,8 +157,7 @@ struct Completion {
                 {"stop_sequence", nullptr},
                 {"usage", anthropic_usage(started)}};
     }
-    std::size_t block_index(std::uint64_t token) const {
-        auto all = blocks();
+    static std::size_t block_index(const std::vector<std::pair<Block, std::uint64_t>>& all, std::uint64_t token) {
         std::size_t index = 0;
         for (std::size_t k = 0; k < all.size(); ++k)
             if (all[k].second <= token) index = k;
@@ -167,7 +166,7 @@ struct Completion {
     std::string anthropic_token_event(std::uint64_t i) const {
         std::string out;
         auto all = blocks();
-        auto index = block_index(i);
+        auto index = block_index(all, i);
         if (i > 0 && all[index].second == i) {  // the previous block ends, this one starts
             out += named_event("content_block_stop", {{"type", "content_block_stop"}, {"index", index - 1}});
             out += named_event("content_block_start", {{"type", "content_block_start"},

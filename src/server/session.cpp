@@ -155,7 +155,9 @@ private:
         unsigned version = 11;
         bool keep_alive = false;
         Nanos idle_timeout = 0;
-        ErrorShape shape = ErrorShape::openai;  // a Messages request's refusals are Anthropic's
+        /// Read only when refusing (a Messages request's refusals are Anthropic's): the
+        /// forwarded request's path pays no header lookup for it.
+        const http::request_header<>* head = nullptr;
     };
 
     /// Reads until the header section is whole; false if the connection ended or timed out.
@@ -220,7 +222,10 @@ private:
         rec.rejected_level = no.level;
         rec.rejected_limit = no.limit;
         pipeline::record(rec, worker_);
-        auto text = pipeline::render(no, reply.version, reply.keep_alive, rec.request_id, reply.shape);
+        std::string_view version =
+            reply.head ? std::string_view((*reply.head)["anthropic-version"]) : std::string_view();
+        auto shape = error_shape_for(rec.path, version);
+        auto text = pipeline::render(no, reply.version, reply.keep_alive, rec.request_id, shape);
         stream_.expires_after(ns(reply.idle_timeout));
         auto [ec, n] = co_await net::async_write(stream_, net::buffer(text), k_use);
         co_return !ec && reply.keep_alive;
@@ -248,12 +253,9 @@ private:
         const auto& cfg = *rt->config;
         auto target = proxy::normalize_target(req.target());  // routes and upstreams see one spelling
         auto rec = start_record(req, target, cfg.server);
-        Reply reply{req.version(), req.keep_alive() && !services_.draining.load(), cfg.server.idle_timeout,
-                    error_shape_for(target.ok ? std::string_view(target.path) : std::string_view(rec.path),
-                                    req["anthropic-version"])};
+        Reply reply{req.version(), req.keep_alive() && !services_.draining.load(), cfg.server.idle_timeout, &req};
         if (services_.draining.load())
-            co_return co_await refuse(pipeline::shutting_down(), rec,
-                                      {reply.version, false, reply.idle_timeout, reply.shape});
+            co_return co_await refuse(pipeline::shutting_down(), rec, {reply.version, false, reply.idle_timeout, &req});
 
         std::optional<auth::Principal> who;
         pipeline::Incoming incoming{auth::extract_key(req[http::field::authorization], req["x-api-key"]), target,
@@ -272,7 +274,7 @@ private:
         if (outcome.refusal)
             co_return co_await refuse(
                 *outcome.refusal, rec,
-                {reply.version, reply.keep_alive && outcome.keep_alive, reply.idle_timeout, reply.shape});
+                {reply.version, reply.keep_alive && outcome.keep_alive, reply.idle_timeout, &req});
         pipeline::record(rec, worker_);
         co_return outcome.keep_alive;
     }

@@ -109,6 +109,31 @@ struct AtUpstream {
     AtUpstream& operator=(const AtUpstream&) = delete;
 };
 
+/// One attempt at one upstream, counted while it is there, with its metrics.
+net::awaitable<proxy::ForwardResult> forward_to(Worker& worker, ExchangeRequest& in, std::size_t index,
+                                                const proxy::UpstreamRequest& up, const proxy::ForwardHooks& hooks) {
+    auto& services = worker.services;
+    const auto& clock = services.clock;
+    const auto& upstream = in.runtime.config->upstreams[index];
+    auto started = clock.now();
+    services.metrics.inflight.add({upstream.name}, 1);
+    proxy::ForwardResult result;
+    {
+        AtUpstream at(*in.runtime.load[index]);
+        result = co_await proxy::forward(worker.pool_for(upstream, worker.worker_count, in.runtime.upstream_tls[index]),
+                                         *in.runtime.health[index], up, in.client, in.watch, hooks, clock);
+    }
+    services.metrics.inflight.add({upstream.name}, -1);
+    if (upstream.https) count_handshakes(worker, upstream.name, result.tls);
+    services.metrics.upstream_duration.observe({upstream.name}, static_cast<double>(clock.now() - started) / 1e9);
+    if (result.first_byte_at) {
+        auto ttfb = static_cast<double>(result.first_byte_at - started) / 1e9;
+        services.metrics.upstream_ttfb.observe({upstream.name}, ttfb);
+        services.activity.first_byte(upstream.name, ttfb);
+    }
+    co_return result;
+}
+
 }  // namespace
 
 std::optional<std::size_t> choose_upstream(const Runtime& runtime, const Admitted& admitted, std::string_view body,
@@ -174,9 +199,10 @@ net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
 
     // SPEC §22: a refusal in routes[].retry.on goes to another upstream, while one is left.
     std::optional<std::size_t> next;
-    hooks.retry_elsewhere = [&](unsigned status) {
-        return next && std::find(route.retry.on.begin(), route.retry.on.end(), status) != route.retry.on.end();
-    };
+    if (route.retry.attempts > 0)
+        hooks.retry_elsewhere = [&](unsigned status) {
+            return next && std::find(route.retry.on.begin(), route.retry.on.end(), status) != route.retry.on.end();
+        };
     for (unsigned attempt = 0;; ++attempt) {
         tried[tries++] = *index;
         next.reset();
@@ -187,23 +213,7 @@ net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
         // The body is copied only while another upstream may need it.
         auto up = proxy::make_upstream_request(in.request.base(), in.target, upstream, in.origin,
                                                next ? body : std::move(body));
-        auto started = clock.now();
-        services.metrics.inflight.add({upstream.name}, 1);
-        proxy::ForwardResult result;
-        {
-            AtUpstream at(*in.runtime.load[*index]);
-            result =
-                co_await proxy::forward(worker.pool_for(upstream, worker.worker_count, in.runtime.upstream_tls[*index]),
-                                        *in.runtime.health[*index], up, in.client, in.watch, hooks, clock);
-        }
-        services.metrics.inflight.add({upstream.name}, -1);
-        if (upstream.https) count_handshakes(worker, upstream.name, result.tls);
-        services.metrics.upstream_duration.observe({upstream.name}, static_cast<double>(clock.now() - started) / 1e9);
-        if (result.first_byte_at) {
-            auto ttfb = static_cast<double>(result.first_byte_at - started) / 1e9;
-            services.metrics.upstream_ttfb.observe({upstream.name}, ttfb);
-            services.activity.first_byte(upstream.name, ttfb);
-        }
+        auto result = co_await forward_to(worker, in, *index, up, hooks);
         if (result.outcome == proxy::ForwardOutcome::retry_elsewhere) {
             services.metrics.upstream_retries.add({upstream.name, std::to_string(result.status)});
             index = next;
