@@ -62,10 +62,17 @@ std::string load_text(double load) {
     return buf;
 }
 
+unsigned weight_of(const config::RouteConfig& route, std::size_t upstream) {
+    for (const auto& u : route.upstreams)
+        if (u.upstream == upstream) return u.weight;
+    return 1;
+}
+
 /// Consistent hashing with bounded loads (after Mirrokni, Thorup, Zadimoghaddam): the first
 /// upstream on the ring from the prefix whose load is not above max_load × the route's average
-/// load, the average taken as at least one request (a GPU with one request is not hot); the
-/// least loaded if every one is.
+/// load, the average taken per unit of weight (an upstream of twice the weight may carry twice
+/// the load, as HAProxy's and Envoy's bounded hashing share their slots by weight) and as at
+/// least one request (a GPU with one request is not hot); the least loaded if every one is.
 std::optional<std::size_t> by_affinity(const config::RouteConfig& route, const Affinity& affinity,
                                        std::span<const std::shared_ptr<UpstreamLoad>> load, const Usable& usable,
                                        std::string* why) {
@@ -73,12 +80,13 @@ std::optional<std::size_t> by_affinity(const config::RouteConfig& route, const A
     for (auto u : affinity.ring->walk(*affinity.prefix))
         if (usable(u)) order.push_back(u);
     if (order.empty()) return std::nullopt;
-    double total = 0;
-    for (auto u : order) total += load[u]->affinity_load();
-    double bound = route.affinity.max_load * std::max(1.0, total / static_cast<double>(order.size()));
+    double total = 0, total_weight = 0;
+    for (auto u : order) total += load[u]->affinity_load(), total_weight += weight_of(route, u);
     std::string passed;
     std::optional<std::size_t> least;
     for (auto u : order) {
+        double share = total * weight_of(route, u) / total_weight;
+        double bound = route.affinity.max_load * std::max(1.0, share);
         double l = load[u]->affinity_load();
         if (!least || l < load[*least]->affinity_load()) least = u;
         if (l <= bound) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "tokengate/cost/prompt_prefix.hpp"
@@ -90,6 +91,30 @@ TEST(PrefixAffinity, AHotHomeIsPassedOverForTheNextOnTheRing) {
     // A scraped queue counts as load too (another gateway's requests, waiting there).
     fleet.load[home_index]->scraped({5.0, 0.0, std::nullopt});
     EXPECT_NE(fleet.pick(p), home);
+}
+
+TEST(PrefixAffinity, TheBoundIsSharedByWeight) {
+    // big has 3 of the 4 weight units, so its share of the load is three quarters of it.
+    Fleet fleet({"big", "small"}, {3, 1});
+    std::optional<std::uint64_t> big_prefix, small_prefix;
+    for (int i = 0; !big_prefix || !small_prefix; ++i)
+        (fleet.pick(prefix_number(i)) == "big" ? big_prefix : small_prefix) = prefix_number(i);
+    for (int i = 0; i < 3; ++i) fleet.load[0]->started();
+    fleet.load[1]->started();
+    // 3 of 4 in flight at big: within 1.25 × its share 3 (equal weights would bound it at 2.5).
+    std::string why;
+    EXPECT_EQ(fleet.pick(*big_prefix, {}, &why), "big") << why;
+    EXPECT_NE(why.find("(load 3, bound 3.75)"), std::string::npos) << why;
+    // 2 of 5 at small: above 1.25 × its share 1.25 (equal weights would have kept it at home).
+    fleet.load[1]->started();
+    EXPECT_EQ(fleet.pick(*small_prefix, {}, &why), "big") << why;
+    EXPECT_NE(why.find("'small' (load 2) is over the bound 1.5625"), std::string::npos) << why;
+    // All 4 at big: above 1.25 × its share 3.
+    fleet.load[1]->finished();
+    fleet.load[1]->finished();
+    fleet.load[0]->started();
+    EXPECT_EQ(fleet.pick(*big_prefix, {}, &why), "small") << why;
+    EXPECT_NE(why.find("'big' (load 4) is over the bound 3.75"), std::string::npos) << why;
 }
 
 TEST(PrefixAffinity, ARetryNeverGoesBackToAnUpstreamAlreadyTried) {
