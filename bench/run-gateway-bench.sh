@@ -15,6 +15,8 @@
 #   tls       the json rows with HTTPS on both listeners (one certificate, TLS 1.3, the same
 #             cipher suite: printed below the table), kept-alive connections
 #   tls-new   the same, every request on a new connection: req/s is handshakes per second
+#   jwt       the json rows with each tenant's caller sending a JWT (ES256, signed by npm's jose;
+#             BENCH_JWT_ALG picks another) instead of an API key (auth.jwt, SPEC §21)
 # Then SSE time to first byte (bench/ttfb.py): the mock alone, through nginx, through tokengate.
 # Each row also gives the proxy's CPU per request (per stream for SSE), user and system.
 set -euo pipefail
@@ -82,8 +84,8 @@ CONF
   nginx -c "$work/$name/nginx.conf" -g 'daemon off;' & pids+=($!); echo "$p $!"
 }
 
-start_tokengate() {  # name workers tenant_capacity target tls [admin port]
-  local name=$1 workers=$2 capacity=$3 target=$4 tls=$5 admin=${6:-} p ssl=""; p=$(port)
+start_tokengate() {  # name workers tenant_capacity target tls [admin port] [jwks file]
+  local name=$1 workers=$2 capacity=$3 target=$4 tls=$5 admin=${6:-} jwks=${7:-} p ssl=""; p=$(port)
   [ "$tls" = 1 ] && ssl=", tls: { cert: $work/tls.pem, key: $work/tls.key }"
   mkdir -p "$work/$name"
   {
@@ -107,13 +109,23 @@ start_tokengate() {  # name workers tenant_capacity target tls [admin port]
     echo "ip_limits: [ { name: per-ip, algorithm: token_bucket, capacity: 100000000, rate: 100000000/s } ]"
     echo "global_limits: [ { name: gpu, algorithm: leaky_bucket, mode: police, capacity: 1000000000, rate: 1000000000/s, unit: cost } ]"
     echo "log: { access: $work/$name/access.log, level: warn }"
+    [ -z "$jwks" ] || echo "auth: { jwt: { jwks_file: $jwks, issuer: \"https://idp.example.com/\", audiences: [tokengate], tenant_claim: org } }"
   } > "$work/$name/gateway.yaml"
   "$bin" serve -c "$work/$name/gateway.yaml" > "$work/$name/out.log" 2>&1 & pids+=($!); echo "$p $!"
 }
 
-scheme=http; close=0
+# The jwt rows' tokens: npm's jose signs one for each of the 100 tenants.
+if [[ " ${BENCH_SCENARIOS:-} " == *" jwt "* ]]; then
+  jose_dir=$PWD/build/release/jose
+  [ -d "$jose_dir/node_modules/jose" ] ||
+    (mkdir -p "$jose_dir" && cd "$jose_dir" && npm install --no-audit --no-fund --silent jose@6.2.17 > /dev/null)
+  mkdir -p "$work/jwt"
+  BENCH_TENANTS=100 node tests/sdk/jwt.mjs "$jose_dir/node_modules/jose" "$work/jwt" https://idp.example.com/ tokengate > /dev/null
+fi
+
+scheme=http; close=0; keys_file=""
 run_wrk() {  # port conns stream
-  BENCH_STREAM=$3 BENCH_CLOSE=$close wrk -t2 -c"$2" -d"${secs}s" --latency -s bench/wrk-chat.lua "$scheme://127.0.0.1:$1" 2>&1 | grep '^RESULT' || echo "RESULT 0 0 0 0 0 0"
+  BENCH_STREAM=$3 BENCH_CLOSE=$close BENCH_KEYS_FILE=$keys_file wrk -t2 -c"$2" -d"${secs}s" --latency -s bench/wrk-chat.lua "$scheme://127.0.0.1:$1" 2>&1 | grep '^RESULT' || echo "RESULT 0 0 0 0 0 0"
 }
 # CPU time (user, system; clock ticks) of the proxy's processes: where a gap comes from.
 cpu_ticks() { local u=0 k=0 a b p; for p in "$@"; do read -r a b < <(awk '{print $14, $15}' "/proc/$p/stat"); u=$((u + a)); k=$((k + b)); done; echo "$u $k"; }
@@ -144,13 +156,14 @@ printf "$row" config workers conns "req/s" "p50 ms" "p99 ms" non-2xx "x nginx" "
 for workers in ${BENCH_WORKERS:-1 2}; do
   for scenario in ${BENCH_SCENARIOS:-json 429 sse tls tls-new}; do
     target=$static_port; stream=0; ng_rate="1000000r/s"; tg_cap=1000000; tls=0; scheme=http; close=0
+    jwks=""; keys_file=""; [ "$scenario" = jwt ] && { jwks=$work/jwt/jwks.json; keys_file=$work/jwt/bench-tokens.txt; }
     [ "$scenario" = sse ] && { target=$mock_port; stream=1; }
     [ "$scenario" = 429 ] && { ng_rate="1r/s"; tg_cap=2; }
     [ "${scenario#tls}" != "$scenario" ] && { tls=1; scheme=https; }
     [ "$scenario" = tls-new ] && close=1
     admin_port=""; [ "$scenario" = ui ] && admin_port=$(port)
     read -r ng_port ng_pid < <(start_nginx "nginx-$scenario-$workers" "$workers" "$ng_rate" "$target" "$tls")
-    read -r tg_port tg_pid < <(start_tokengate "tg-$scenario-$workers" "$workers" "$tg_cap" "$target" "$tls" "$admin_port")
+    read -r tg_port tg_pid < <(start_tokengate "tg-$scenario-$workers" "$workers" "$tg_cap" "$target" "$tls" "$admin_port" "$jwks")
     wait_port "$ng_port"; wait_port "$tg_port"
     for _ in $(seq 40); do  # nginx's workers are forked just after it listens
       mapfile -t ng_workers < <(pgrep -P "$ng_pid"); [ "${#ng_workers[@]}" -ge "$workers" ] && break; sleep 0.05

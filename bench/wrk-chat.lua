@@ -1,7 +1,13 @@
 -- POSTs a ~1 KB chat completion with a rotating Bearer key (100 tenants), and prints one
 -- machine-readable line at the end: RESULT <req/s> <p50 ms> <p99 ms> <non-2xx> <requests>.
 local keys = {}
-for i = 1, 100 do keys[i] = "bench-key-" .. i end
+-- BENCH_KEYS_FILE: one Bearer value a line (the jwt rows' tokens) instead of bench-key-1..100.
+local keys_file = os.getenv("BENCH_KEYS_FILE")
+if keys_file and keys_file ~= "" then
+  for line in io.lines(keys_file) do if line ~= "" then keys[#keys + 1] = line end end
+else
+  for i = 1, 100 do keys[i] = "bench-key-" .. i end
+end
 local stream = os.getenv("BENCH_STREAM") == "1"
 -- BENCH_CLOSE=1: a new connection (over TLS: a new handshake) for every request.
 local close = os.getenv("BENCH_CLOSE") == "1"

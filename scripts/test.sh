@@ -45,7 +45,7 @@ run_fuzz() {
     scripts/setup.sh none clang-14 libclang-rt-14-dev
     CXX=clang++-14 cmake -S tests/fuzz -B build/fuzz > /dev/null
     cmake --build build/fuzz -j "$(nproc)"
-    local targets=(config request_body sse units image tokenizer exposition request_framing upstream_response tls_session state_file)
+    local targets=(config request_body sse units image tokenizer exposition request_framing upstream_response tls_session state_file jwt)
     local failed=0 running=0
     for target in "${targets[@]}"; do
         if [ "$running" -ge "$(nproc)" ]; then

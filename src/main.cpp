@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "tokengate/auth/jwt.hpp"
 #include "tokengate/config/loader.hpp"
 #include "tokengate/core/sha256.hpp"
 #include "tokengate/cost/tokenizer.hpp"
@@ -78,6 +79,7 @@ int check(const std::string& path) {
     try {  // a tokenizer or a certificate is only known to be good once it is loaded
         tokenizers = cost::Tokenizers::load(*cfg).files();
         tls::check_files(*cfg);
+        auth::load_jwt_verifier(*cfg);
     } catch (const config::ConfigError& e) {
         std::cerr << e.what() << "\n";
         return 1;

@@ -34,7 +34,7 @@ std::optional<Principal> KeyTable::authenticate(std::string_view key) const {
     std::string_view digest_view(reinterpret_cast<const char*>(digest.data()), digest.size());
     auto it = tenant_by_digest_.find(digest_view);
     if (it == tenant_by_digest_.end() || !core::constant_time_equal(it->first, digest_view)) return std::nullopt;
-    return Principal{it->second, core::to_hex(digest.data(), 6)};
+    return Principal{it->second, core::to_hex(digest.data(), 6), {}};
 }
 
 }  // namespace tokengate::auth

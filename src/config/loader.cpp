@@ -167,7 +167,7 @@ struct Loader {
         if (!root.IsDefined() || root.IsNull()) r.fail(root, "the configuration is empty");
         r.expect_map(root, "the configuration",
                      {"server", "admin", "upstreams", "routes", "models", "cost", "tiers", "tenants", "ip_limits",
-                      "global_limits", "store", "log", "quotas", "overload"});
+                      "global_limits", "store", "log", "quotas", "overload", "auth"});
         if (root["server"]) server(root["server"]);
         if (root["admin"]) admin(root["admin"]);
         if (root["log"]) log(root["log"]);
@@ -185,6 +185,7 @@ struct Loader {
         if (root["ip_limits"]) config.ip_limits = limits(root["ip_limits"], "ip_limits");
         if (root["global_limits"]) config.global_limits = limits(root["global_limits"], "global_limits");
         if (root["overload"]) overload(root["overload"]);
+        if (root["auth"]) auth(root["auth"]);
         rank_shaping_queues();
     }
 
@@ -968,6 +969,38 @@ struct Loader {
         }
         auto d = core::sha256(text);
         return std::string(reinterpret_cast<const char*>(d.data()), d.size());
+    }
+
+    void auth(const YAML::Node& n) {
+        r.expect_map(n, "auth", {"jwt"});
+        if (!n["jwt"]) return;
+        const auto& j = n["jwt"];
+        r.expect_map(j, "auth.jwt",
+                     {"issuer", "audiences", "jwks_file", "algorithms", "tenant_claim", "tier_claim", "leeway"});
+        JwtConfig jwt;
+        if (j["issuer"]) jwt.issuer = r.string_of(j["issuer"], "auth.jwt.issuer");
+        if (j["audiences"]) jwt.audiences = r.strings(j["audiences"], "auth.jwt.audiences");
+        if (!j["jwks_file"]) r.fail(j, "auth.jwt needs 'jwks_file' (the issuer's public keys)");
+        jwt.jwks_file = config_file(j["jwks_file"], "auth.jwt.jwks_file", "JWKS");
+        static const std::set<std::string> k_algorithms{"RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA"};
+        jwt.algorithms = {k_algorithms.begin(), k_algorithms.end()};
+        if (j["algorithms"]) {
+            jwt.algorithms = r.strings(j["algorithms"], "auth.jwt.algorithms");
+            if (jwt.algorithms.empty()) r.fail(j["algorithms"], "auth.jwt.algorithms is empty");
+            for (std::size_t i = 0; i < jwt.algorithms.size(); ++i)
+                if (!k_algorithms.count(jwt.algorithms[i]))
+                    r.fail(j["algorithms"][i], "auth.jwt.algorithms: '" + jwt.algorithms[i] +
+                                                   "' is not accepted (RS256, RS384, RS512, PS256, ES256, ES384, "
+                                                   "EdDSA; never none or an HMAC)");
+        }
+        if (!j["tenant_claim"]) r.fail(j, "auth.jwt needs 'tenant_claim' (the claim naming the tenant)");
+        jwt.tenant_claim = r.string_of(j["tenant_claim"], "auth.jwt.tenant_claim");
+        if (j["tier_claim"]) jwt.tier_claim = r.string_of(j["tier_claim"], "auth.jwt.tier_claim");
+        if (j["leeway"]) {
+            jwt.leeway = r.duration(j["leeway"], "auth.jwt.leeway");
+            if (jwt.leeway > 3'600'000'000'000) r.fail(j["leeway"], "auth.jwt.leeway must be at most 1h");
+        }
+        config.auth.jwt = std::move(jwt);
     }
 
     void tenants(const YAML::Node& n) {

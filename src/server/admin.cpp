@@ -96,7 +96,8 @@ Response tenant_state(const config::TenantConfig& tenant, const limiter::Decisio
 
 /// POST /admin/explain's input, admitted (nothing charged), or the error to answer.
 std::variant<pipeline::Admitted, Response> explain_admission(const Runtime& rt, const cost::OutputHistory& history,
-                                                             const std::string& body, std::string& request_body) {
+                                                             const std::string& body, std::string& request_body,
+                                                             core::Nanos unix_now) {
     json in = json::parse(body, nullptr, false);
     if (!in.is_object() || !in.contains("key") || !in["key"].is_string())
         return admin_error(http::status::bad_request, "invalid_body",
@@ -115,7 +116,7 @@ std::variant<pipeline::Admitted, Response> explain_admission(const Runtime& rt, 
     auto key = in["key"].get<std::string>();
     std::optional<auth::Principal> who;
     // The data plane's own admission: a refusal there is this call's 400, with the same code.
-    auto admitted = pipeline::admit(rt, {key, target, *client_ip, request_body}, history, who);
+    auto admitted = pipeline::admit(rt, {key, target, *client_ip, request_body, unix_now}, history, who);
     if (auto* no = std::get_if<pipeline::Rejection>(&admitted))
         return admin_error(http::status::bad_request, no->code, no->message);
     return std::get<pipeline::Admitted>(std::move(admitted));
@@ -139,6 +140,7 @@ Response explain(Services& services, const Runtime& rt, const pipeline::Admitted
     for (const auto& h : limiter::rate_limit_headers(decision, services.clock.unix_now())) headers[h.name] = h.value;
     const auto& cfg = *rt.config;
     json out = {{"tenant", cfg.tenants[a.principal.tenant].id},
+                {"subject", a.principal.subject.empty() ? json(nullptr) : json(a.principal.subject)},
                 {"route", cfg.routes[a.route].path},
                 {"model", a.summary.model},
                 {"endpoint", cost::to_string(a.summary.endpoint)},
@@ -250,7 +252,8 @@ net::awaitable<Response> handle(Services& services, const http::request<http::st
     }
     if (req.method() == http::verb::post && path == "/admin/explain") {
         std::string request_body;
-        auto admitted = explain_admission(*rt, services.output_history, req.body(), request_body);
+        auto admitted =
+            explain_admission(*rt, services.output_history, req.body(), request_body, services.clock.unix_now());
         if (auto* error = std::get_if<Response>(&admitted)) co_return std::move(*error);
         const auto& a = std::get<pipeline::Admitted>(admitted);
         co_return explain(services, *rt, a, request_body, co_await pipeline::preview(*services.store, a.charges));

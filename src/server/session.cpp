@@ -221,6 +221,8 @@ private:
         rec.status = static_cast<unsigned>(no.status);
         rec.rejected_level = no.level;
         rec.rejected_limit = no.limit;
+        // Why a caller was not let in belongs in the log (SPEC §21); no message quotes a key.
+        if (no.status == http::status::unauthorized || no.status == http::status::forbidden) rec.error = no.message;
         pipeline::record(rec, worker_);
         std::string_view version =
             reply.head ? std::string_view((*reply.head)["anthropic-version"]) : std::string_view();
@@ -259,9 +261,9 @@ private:
 
         std::optional<auth::Principal> who;
         pipeline::Incoming incoming{auth::extract_key(req[http::field::authorization], req["x-api-key"]), target,
-                                    rec.client_ip, req.body()};
+                                    rec.client_ip, req.body(), services_.clock.unix_now()};
         auto admission = co_await admit(*rt, incoming, who);
-        if (who) rec.tenant = cfg.tenants[who->tenant].id, rec.key_id = who->key_id;
+        if (who) rec.tenant = cfg.tenants[who->tenant].id, rec.key_id = who->key_id, rec.subject = who->subject;
         if (auto* no = std::get_if<pipeline::Rejection>(&admission)) co_return co_await refuse(*no, rec, reply);
         auto& admitted = std::get<pipeline::Admitted>(admission);
         pipeline::record_admission(*rt, admitted, rec);

@@ -20,6 +20,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "pipeline/admit.hpp"
+#include "pipeline/identify.hpp"
 #include "pipeline/sequence.hpp"
 #include "services.hpp"
 #include "tokengate/classify/classify.hpp"
@@ -333,11 +334,15 @@ private:
     }
 
     /// The gateway's own lookup (a SHA-256 per key), remembered: a trace repeats its keys.
+    /// A JWT is verified at the trace's time, every time: it may expire during the replay.
     std::optional<auth::Principal> authenticate(const std::string& key) {
         if (auto it = principals_.find(key); it != principals_.end()) return it->second;
-        auto who = runtime_.keys.authenticate(key);
-        if (principals_.size() < k_max_remembered_keys) principals_.emplace(key, who);
-        return who;
+        auto identified = pipeline::identify(runtime_, key, clock_.unix_now());
+        auto* who = std::get_if<auth::Principal>(&identified);
+        std::optional<auth::Principal> out = who ? std::optional(std::move(*who)) : std::nullopt;
+        if (principals_.size() < k_max_remembered_keys && !(runtime_.jwt && auth::looks_like_jwt(key)))
+            principals_.emplace(key, out);
+        return out;
     }
 
     /// An access-log line's sender: its key, if this config has it, else its tenant by name
@@ -352,9 +357,9 @@ private:
             }
         }
         if (auto it = tenant_by_key_id_.find(e.key_id); !e.key_id.empty() && it != tenant_by_key_id_.end())
-            return auth::Principal{it->second, e.key_id};
+            return auth::Principal{it->second, e.key_id, {}};
         if (auto it = tenant_by_name_.find(e.tenant); !e.tenant.empty() && it != tenant_by_name_.end())
-            return auth::Principal{it->second, e.key_id};
+            return auth::Principal{it->second, e.key_id, {}};
         return std::nullopt;
     }
 

@@ -15,6 +15,7 @@ namespace tokengate::auth {
 struct Principal {
     std::size_t tenant = 0;  // index into GatewayConfig::tenants
     std::string key_id;      // first 12 hex digits of the key's SHA-256: safe to log
+    std::string subject;     // the end user (SPEC §21): a JWT's `sub`; empty: none named
 };
 
 /// The API key from `Authorization: Bearer <key>`, else from `x-api-key`; empty if neither.

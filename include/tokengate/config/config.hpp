@@ -297,6 +297,21 @@ struct LogConfig {
 };
 
 /// The whole validated configuration. Immutable once loaded: each request takes one snapshot.
+/// `auth.jwt` (SPEC §21): Bearer values that are JWTs name their tenant in a claim.
+struct JwtConfig {
+    std::string issuer;                   // `iss` must equal it; empty: not checked
+    std::vector<std::string> audiences;   // `aud` must hold one of them; empty: not checked
+    ConfigFile jwks_file;                 // the issuer's public keys (a JWKS), read at start and reload
+    std::vector<std::string> algorithms;  // accepted `alg`s: RS256/384/512, PS256, ES256/384, EdDSA
+    std::string tenant_claim;             // the claim naming the tenant's id
+    std::string tier_claim;               // optional: a tier for a tenant not in the config
+    core::Nanos leeway = 30'000'000'000;  // clock skew allowed on exp and nbf
+};
+
+struct AuthConfig {
+    std::optional<JwtConfig> jwt;
+};
+
 struct GatewayConfig {
     std::string source_path;
     ServerConfig server;
@@ -311,6 +326,7 @@ struct GatewayConfig {
     std::vector<LimitSpec> global_limits;
     StoreConfig store;
     LogConfig log;
+    AuthConfig auth;
     std::string quota_timezone = "UTC";  // quotas.timezone: where a quota's day begins
     std::optional<OverloadConfig> overload;
     std::vector<std::string> warnings;  // "file:line:col: message", e.g. plain keys

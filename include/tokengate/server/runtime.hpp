@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 
+#include "tokengate/auth/jwt.hpp"
 #include "tokengate/auth/key_table.hpp"
 #include "tokengate/config/config.hpp"
 #include "tokengate/cost/tokenizer.hpp"
@@ -26,6 +27,8 @@ struct Runtime {
 
     std::shared_ptr<const config::GatewayConfig> config;
     auth::KeyTable keys;
+    /// `auth.jwt`'s verifier and the JWKS it read (SPEC §21); null without `auth.jwt`.
+    std::shared_ptr<const auth::JwtVerifier> jwt;
     /// Health per upstream (same index as config->upstreams); kept across reloads by name.
     std::vector<std::shared_ptr<proxy::UpstreamHealth>> health;
     /// Load per upstream from its /metrics (same index); kept across reloads by name.

@@ -1,5 +1,6 @@
 #include "admit.hpp"
 
+#include "identify.hpp"
 #include "tokengate/classify/classify.hpp"
 
 namespace tokengate::server::pipeline {
@@ -26,13 +27,9 @@ Result<Admitted> admit(const Runtime& runtime, const Incoming& in, const cost::O
     if (!in.target.ok)
         return invalid(http::status::bad_request, "invalid_path",
                        "Refused request path: " + std::string(in.target.why) + ".");
-    who = runtime.keys.authenticate(in.key);
-    if (!who)
-        return invalid(
-            http::status::unauthorized, "invalid_api_key",
-            in.key.empty()
-                ? "You didn't provide an API key. Send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
-                : "Incorrect API key provided.");
+    auto identified = identify(runtime, in.key, in.unix_now);
+    if (auto* no = std::get_if<Rejection>(&identified)) return std::move(*no);
+    who = std::move(std::get<auth::Principal>(identified));
     auto parsed =
         cost::parse_request_body(in.body, cfg.cost, &runtime.tokenizers, in.target.path, &cfg.models, count_limit);
     if (parsed.error != cost::BodyError::none)

@@ -35,11 +35,12 @@ struct Incoming {
     const proxy::NormalizedTarget& target;
     std::string_view client_ip;
     std::string_view body;
+    core::Nanos unix_now = 0;  // when it came: a JWT's exp and nbf are read against it
 };
 
 /// Target → key → body → route → output estimate → price → every applicable limit (SPEC §1
 /// steps 2–5, §12).
-/// A refusal is 400 invalid_path, 401 invalid_api_key, 400 invalid_json / invalid_body or
+/// A refusal is 400 invalid_path, identify's 401 or 403, 400 invalid_json / invalid_body or
 /// 404 not_found. `who` is set as soon as the key is known, so a later refusal is still
 /// logged under its tenant.
 /// Counting the input stops past `count_limit` (precheck.hpp).

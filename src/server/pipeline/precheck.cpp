@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "identify.hpp"
 #include "limit.hpp"
 #include "tokengate/classify/classify.hpp"
 #include "tokengate/limiter/headers.hpp"
@@ -31,8 +32,9 @@ net::awaitable<Result<std::uint64_t>> precheck(store::Store& store, const Runtim
     constexpr std::uint64_t k_no_limit = UINT64_MAX;
     const auto& cfg = *runtime.config;
     if (!in.target.ok) co_return k_no_limit;
-    who = runtime.keys.authenticate(in.key);
-    if (!who) co_return k_no_limit;
+    auto identified = identify(runtime, in.key, in.unix_now);
+    if (!std::holds_alternative<auth::Principal>(identified)) co_return k_no_limit;  // admit refuses it
+    who = std::move(std::get<auth::Principal>(identified));
     auto model = cost::sniff_model(in.body);
     if (!model) co_return k_no_limit;
     auto route = classify::match_route(cfg, in.target.path, *model);

@@ -48,6 +48,8 @@ void record(const RequestRecord& r, Worker& worker) {
         .integer("prompt_tokens", r.prompt_tokens)
         .integer("completion_tokens", r.completion_tokens);
     if (r.cached_tokens) w.integer("cached_tokens", r.cached_tokens);
+    if (!r.subject.empty()) w.string("subject", r.subject);
+    if (!r.error.empty()) w.string("error", r.error);
     if (r.first_byte < 0) w.null("ttfb_ms");
     else w.number("ttfb_ms", static_cast<double>(r.first_byte - r.started) / 1e6);
     w.number("duration_ms", static_cast<double>(now - r.started) / 1e6);

@@ -23,11 +23,13 @@ struct RequestRecord {
     std::string path;
     std::string tenant;
     std::string key_id;
+    std::string subject;  // the end user, when one is named (SPEC §21): the log's, never a metric's
     std::string model;
     std::string route;
     std::string upstream;
     std::string rejected_level;
     std::string rejected_limit;
+    std::string error;  // why a caller was refused at the door (401, 403): for the log
     unsigned status = 0;
     double cost = 0;           // the admission's price, refused or not (simulate replays it)
     double cost_reserved = 0;  // what the limits were charged: 0 when refused

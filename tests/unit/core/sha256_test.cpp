@@ -56,5 +56,17 @@ TEST(Base64, DecodesWhatBasicAuthCarries) {
     EXPECT_EQ(base64_decode("Y!!="), std::nullopt);
 }
 
+TEST(Base64, DecodesJoseBase64UrlInItsOneSpelling) {
+    EXPECT_EQ(base64url_decode("YQ"), "a");
+    EXPECT_EQ(base64url_decode("YWI"), "ab");
+    EXPECT_EQ(base64url_decode("-_8"), "\xfb\xff");
+    EXPECT_EQ(base64url_decode(""), "");
+    EXPECT_EQ(base64url_decode("YR"), std::nullopt) << "'a' with a low bit set that no byte holds";
+    EXPECT_EQ(base64url_decode("YWJ"), std::nullopt) << "likewise for two bytes";
+    EXPECT_EQ(base64url_decode("YQ=="), std::nullopt) << "JOSE writes no padding";
+    EXPECT_EQ(base64url_decode("+/8"), std::nullopt) << "the standard alphabet's + and /";
+    EXPECT_EQ(base64url_decode("YWJjZ"), std::nullopt) << "no byte ends after one character";
+}
+
 }  // namespace
 }  // namespace tokengate::core

@@ -1,0 +1,41 @@
+#include "identify.hpp"
+
+namespace tokengate::server::pipeline {
+
+namespace {
+
+Rejection refused(http::status status, std::string type, std::string code, std::string message) {
+    Rejection r;
+    r.status = status;
+    r.type = std::move(type);
+    r.code = std::move(code);
+    r.message = std::move(message);
+    return r;
+}
+
+}  // namespace
+
+Result<auth::Principal> identify(const Runtime& runtime, std::string_view key, core::Nanos unix_now) {
+    if (runtime.jwt && auth::looks_like_jwt(key)) {
+        auto verified = runtime.jwt->verify(key, static_cast<double>(unix_now) / 1e9);
+        if (auto* no = std::get_if<auth::JwtRefusal>(&verified))
+            return refused(http::status::unauthorized, "invalid_request_error", "invalid_token",
+                           "Invalid token: " + no->reason + ".");
+        auto& who = std::get<auth::JwtIdentity>(verified);
+        const auto& tenants = runtime.config->tenants;
+        for (std::size_t t = 0; t < tenants.size(); ++t) {
+            if (tenants[t].id != who.tenant) continue;
+            // The token's digest names it in the log, as a key's does: never the token.
+            return auth::Principal{t, std::move(who.token_id), std::move(who.subject)};
+        }
+        return refused(http::status::forbidden, "permission_error", "unknown_tenant",
+                       "The token's tenant is not known to this gateway.");
+    }
+    if (auto who = runtime.keys.authenticate(key)) return std::move(*who);
+    return refused(http::status::unauthorized, "invalid_request_error", "invalid_api_key",
+                   key.empty() ? "You didn't provide an API key. Send it as 'Authorization: Bearer <key>' or "
+                                 "'x-api-key: <key>'."
+                               : "Incorrect API key provided.");
+}
+
+}  // namespace tokengate::server::pipeline

@@ -1,0 +1,189 @@
+// SPEC §21's JWTs through the binary: tokens signed by npm's jose (tests/sdk/jwt.mjs), one key
+// pair per accepted algorithm, and every refusal a client can provoke, none of them logged with
+// its token.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "harness.hpp"
+
+namespace tokengate::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+constexpr const char* k_jose = "jose@6.2.17";
+constexpr const char* k_issuer = "https://idp.example.com/";
+
+/// jwks.json, rotated.json and tokens.json made by jose in `dir`; the tokens, or why not.
+json make_tokens(const std::string& dir, std::string& skip) {
+    auto shared = fs::path(TOKENGATE_BUILD_DIR) / "jose";
+    skip = npm_install_once(shared.string(), k_jose, "jose/package.json");
+    if (!skip.empty()) return {};
+    auto script = fs::path(TOKENGATE_SOURCE_DIR) / "tests/sdk/jwt.mjs";
+    auto out = capture("node '" + script.string() + "' '" + (shared / "node_modules/jose").string() + "' '" + dir +
+                       "' " + k_issuer + " tokengate 2>&1");
+    auto parsed = json::parse(read_file(dir + "/tokens.json"), nullptr, false);
+    if (parsed.is_discarded()) return {{"failed", out}};
+    return parsed;
+}
+
+#define MAKE_TOKENS(tokens, dir)                                                         \
+    std::string skip;                                                                    \
+    auto tokens = make_tokens(dir, skip);                                                \
+    if (!skip.empty()) {                                                                 \
+        if (std::getenv("TOKENGATE_REQUIRE_NPM")) FAIL() << "jose is missing: " << skip; \
+        GTEST_SKIP() << "JWT test skipped: " << skip;                                    \
+    }                                                                                    \
+    ASSERT_FALSE(tokens.contains("failed")) << tokens.dump(2)
+
+std::string config(const std::string& jwks) {
+    return "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
+           "tiers:\n  pro: { limits: [ { name: rpm, algorithm: token_bucket, capacity: 1000, rate: 1000/min, "
+           "unit: requests } ] }\n"
+           "tenants:\n  - { id: acme, tier: pro, keys: [\"acme-key\"] }\n"
+           "auth:\n  jwt:\n    issuer: " +
+           std::string(k_issuer) + "\n    audiences: [ tokengate ]\n    jwks_file: " + jwks +
+           "\n    tenant_claim: org\n    tier_claim: plan\n    leeway: 30s\n";
+}
+
+Response chat(const GatewayUnderTest& gw, const std::string& bearer) {
+    return gw.request({"POST",
+                       "/v1/chat/completions",
+                       {{"Authorization", "Bearer " + bearer}, {"Content-Type", "application/json"}},
+                       chat_body("m", "hello", 8, false)});
+}
+
+std::string message(const Response& r) {
+    auto body = json::parse(r.body, nullptr, false);
+    return body.is_discarded() ? r.body : body["error"].value("message", std::string());
+}
+
+TEST(Jwt, EveryAlgorithmSignedByJoseIsAccepted) {
+    TempDir dir;
+    MAKE_TOKENS(tokens, dir.path());
+    GatewayUnderTest gw(config(dir.path() + "/jwks.json"));
+    for (const auto* alg : {"RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA"}) {
+        auto r = chat(gw, tokens[std::string("valid_") + alg]);
+        EXPECT_EQ(r.status, 200) << alg << ": " << r.body;
+    }
+    // An API key still works beside them, and a token naming its audience in a list.
+    EXPECT_EQ(chat(gw, "acme-key").status, 200);
+    EXPECT_EQ(chat(gw, tokens["audience_list"]).status, 200);
+    EXPECT_EQ(chat(gw, tokens["within_leeway"]).status, 200) << "expired 5 s ago, within the 30 s leeway";
+    auto lines = gw.access_lines("/v1/chat/completions", 10);
+    ASSERT_EQ(lines.size(), 10u);
+    int by_token = 0;
+    for (const auto& text : lines) {
+        auto line = json::parse(text);
+        EXPECT_EQ(line["tenant"], "acme");
+        if (line["key_id"].get<std::string>().rfind("jwt-", 0) == 0) {
+            ++by_token;
+            EXPECT_EQ(line["subject"], "user-1") << text;
+        } else {
+            EXPECT_FALSE(line.contains("subject")) << "a key names no end user: " << text;
+        }
+    }
+    EXPECT_EQ(by_token, 9);
+    // /admin/explain names the subject too.
+    auto explained =
+        gw.admin({"POST",
+                  "/admin/explain",
+                  {},
+                  json{{"key", tokens["valid_ES256"]}, {"body", json::parse(chat_body("m", "hi", 8, false))}}.dump()});
+    ASSERT_EQ(explained.status, 200) << explained.body;
+    EXPECT_EQ(json::parse(explained.body)["subject"], "user-1");
+}
+
+TEST(Jwt, EveryBadTokenIsRefusedWithItsReasonAndNeverLogged) {
+    TempDir dir;
+    MAKE_TOKENS(tokens, dir.path());
+    GatewayUnderTest gw(config(dir.path() + "/jwks.json"));
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {"expired", "expired"},
+        {"early", "not yet valid"},
+        {"wrong_issuer", "wrong issuer"},
+        {"wrong_audience", "wrong audience"},
+        {"bad_signature", "bad signature"},
+        {"alg_none", "alg none is refused"},
+        {"hs256_public_key", "HMAC algorithms are refused"},
+        {"unknown_kid", "unknown key id"},
+        {"no_exp", "no exp claim"},
+        {"duplicate_claim", "malformed claims"},
+    };
+    for (const auto& [name, reason] : cases) {
+        auto r = chat(gw, tokens[name]);
+        EXPECT_EQ(r.status, 401) << name << ": " << r.body;
+        EXPECT_EQ(message(r), "Invalid token: " + reason + ".") << name;
+        EXPECT_EQ(json::parse(r.body)["error"]["code"], "invalid_token") << name;
+    }
+    auto ghost = chat(gw, tokens["unknown_tenant"]);
+    EXPECT_EQ(ghost.status, 403) << ghost.body;
+    EXPECT_EQ(json::parse(ghost.body)["error"]["code"], "unknown_tenant");
+    // The log says why, and no token (nor any part of one) is anywhere in it.
+    ASSERT_TRUE(gw.log_contains("Invalid token: malformed claims.")) << gw.log();
+    auto lines = gw.access_lines("/v1/chat/completions", cases.size() + 1);
+    EXPECT_EQ(lines.size(), cases.size() + 1);
+    auto log = gw.log();
+    for (const auto& [name, token] : tokens.items()) {
+        std::string t = token;
+        for (std::size_t at = 0, dot = 0; at < t.size(); at = dot + 1) {
+            dot = t.find('.', at);
+            if (dot == std::string::npos) dot = t.size();
+            if (dot - at >= 16) {
+                EXPECT_EQ(log.find(t.substr(at, dot - at)), std::string::npos) << name;
+            }
+        }
+    }
+}
+
+TEST(Jwt, ARotatedJwksIsTakenOnReloadAndABadOneKeepsTheOldKeys) {
+    TempDir dir;
+    MAKE_TOKENS(tokens, dir.path());
+    auto live = dir.path() + "/live.json";
+    fs::copy_file(dir.path() + "/jwks.json", live);
+    GatewayUnderTest gw(config(live));
+    EXPECT_EQ(chat(gw, tokens["valid_RS256"]).status, 200);
+    EXPECT_EQ(chat(gw, tokens["rotated"]).status, 401);
+    // The issuer rotates: the new set replaces the file, then SIGHUP.
+    fs::copy_file(dir.path() + "/rotated.json", live, fs::copy_options::overwrite_existing);
+    ::kill(gw.gateway().pid(), SIGHUP);
+    bool rotated = false;
+    for (auto deadline = std::chrono::steady_clock::now() + 10s;
+         !rotated && std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(50ms))
+        rotated = chat(gw, tokens["rotated"]).status == 200;
+    EXPECT_TRUE(rotated) << gw.log();
+    auto old = chat(gw, tokens["valid_RS256"]);
+    EXPECT_EQ(old.status, 401);
+    EXPECT_EQ(message(old), "Invalid token: unknown key id.");
+    // A file that is no JWKS: the reload fails, the keys it had stay.
+    { std::ofstream(live, std::ios::trunc) << "{\"keys\": 42}"; }
+    ::kill(gw.gateway().pid(), SIGHUP);
+    EXPECT_TRUE(gw.log_contains("not a JWKS")) << gw.log();
+    EXPECT_EQ(chat(gw, tokens["rotated"]).status, 200);
+}
+
+TEST(Jwt, AConfigWithAnUnusableJwksIsRefusedAtItsLine) {
+    TempDir dir;
+    auto jwks = dir.path() + "/jwks.json";
+    { std::ofstream(jwks) << R"({"keys":[{"kty":"oct","kid":"s","k":"c2VjcmV0"}]})"; }
+    auto cfg = dir.path() + "/gateway.yaml";
+    {
+        std::ofstream(cfg)
+            << "server: { listen: 127.0.0.1:1 }\nupstreams:\n  - { name: mock, url: http://127.0.0.1:1 }\n"
+            << config(jwks);
+    }
+    auto out = capture(std::string(gateway_binary()) + " check -c '" + cfg + "' 2>&1");
+    EXPECT_NE(out.find("holds no usable signing key (key 's': kty oct cannot verify"), std::string::npos) << out;
+    EXPECT_NE(out.find("gateway.yaml:"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace tokengate::testing
