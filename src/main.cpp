@@ -79,7 +79,7 @@ int check(const std::string& path) {
     try {  // a tokenizer or a certificate is only known to be good once it is loaded
         tokenizers = cost::Tokenizers::load(*cfg).files();
         tls::check_files(*cfg);
-        auth::load_jwt_verifier(*cfg);
+        auth::load_jwt_issuer(*cfg, nullptr);
     } catch (const config::ConfigError& e) {
         std::cerr << e.what() << "\n";
         return 1;

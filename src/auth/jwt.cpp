@@ -428,8 +428,26 @@ std::variant<JwtIdentity, JwtRefusal> JwtVerifier::check(std::string_view token,
     return who;
 }
 
-std::shared_ptr<const JwtVerifier> load_jwt_verifier(const config::GatewayConfig& config) {
+std::variant<KeySet, std::string> read_jwks(std::string_view text) {
+    std::string error;
+    auto keys = KeySet::parse(text, &error);
+    if (!keys) return error;
+    if (keys->size() == 0) {
+        std::string why;
+        for (const auto& s : keys->skipped()) why += (why.empty() ? "" : "; ") + s;
+        return "it holds no usable signing key" + (why.empty() ? std::string() : " (" + why + ")");
+    }
+    return std::move(*keys);
+}
+
+std::shared_ptr<JwtIssuer> load_jwt_issuer(const config::GatewayConfig& config, const JwtIssuer* previous) {
     if (!config.auth.jwt) return nullptr;
+    auto issuer = std::make_shared<JwtIssuer>(*config.auth.jwt);
+    if (!config.auth.jwt->jwks_url.empty()) {
+        if (previous && previous->policy().jwks_url == config.auth.jwt->jwks_url)
+            if (auto kept = previous->verifier()) issuer->install(kept->keys());
+        return issuer;
+    }
     const auto& file = config.auth.jwt->jwks_file;
     auto fail = [&](const std::string& message) {
         throw config::ConfigError(config.source_path, file.at.line, file.at.column, message);
@@ -438,16 +456,11 @@ std::shared_ptr<const JwtVerifier> load_jwt_verifier(const config::GatewayConfig
     if (!in) fail("cannot read the JWKS file " + file.path);
     std::ostringstream text;
     text << in.rdbuf();
-    if (text.str().size() > 1024 * 1024) fail("the JWKS file " + file.path + " is over 1 MiB");
-    std::string error;
-    auto keys = KeySet::parse(text.str(), &error);
-    if (!keys) fail(file.path + ": " + error);
-    if (keys->size() == 0) {
-        std::string why;
-        for (const auto& s : keys->skipped()) why += (why.empty() ? "" : "; ") + s;
-        fail(file.path + " holds no usable signing key" + (why.empty() ? std::string() : " (" + why + ")"));
-    }
-    return std::make_shared<const JwtVerifier>(*config.auth.jwt, std::move(*keys));
+    if (text.str().size() > k_max_jwks_bytes) fail("the JWKS file " + file.path + " is over 1 MiB");
+    auto keys = read_jwks(text.str());
+    if (auto* why = std::get_if<std::string>(&keys)) fail(file.path + ": " + *why);
+    issuer->install(std::move(std::get<KeySet>(keys)));
+    return issuer;
 }
 
 }  // namespace tokengate::auth

@@ -460,8 +460,7 @@ struct Loader {
         up.url = r.string_of(node, "url");
         std::string_view rest = up.url;
         up.https = rest.rfind("https://", 0) == 0;
-        if (!up.https && rest.rfind("http://", 0) != 0)
-            r.fail(node, "upstream url must start with http:// or https://");
+        if (!up.https && rest.rfind("http://", 0) != 0) r.fail(node, "a url must start with http:// or https://");
         rest.remove_prefix(up.https ? 8 : 7);
         auto slash = rest.find('/');
         auto authority = rest.substr(0, slash);
@@ -472,12 +471,12 @@ struct Loader {
             up.port = up.https ? 443 : 80;
         } else {
             auto hp = parse_host_port(authority);
-            if (!hp || hp->port == 0) r.fail(node, "invalid upstream url '" + up.url + "'");
+            if (!hp || hp->port == 0) r.fail(node, "invalid url '" + up.url + "'");
             up.host = hp->host;
             up.port = hp->port;
         }
         if (up.host.size() > 1 && up.host.front() == '[') up.host = up.host.substr(1, up.host.size() - 2);
-        if (up.host.empty()) r.fail(node, "invalid upstream url '" + up.url + "'");
+        if (up.host.empty()) r.fail(node, "invalid url '" + up.url + "'");
     }
 
     void models(const YAML::Node& n) {
@@ -976,12 +975,29 @@ struct Loader {
         if (!n["jwt"]) return;
         const auto& j = n["jwt"];
         r.expect_map(j, "auth.jwt",
-                     {"issuer", "audiences", "jwks_file", "algorithms", "tenant_claim", "tier_claim", "leeway"});
+                     {"issuer", "audiences", "jwks_file", "jwks_url", "jwks_refresh", "algorithms", "tenant_claim",
+                      "tier_claim", "leeway"});
         JwtConfig jwt;
         if (j["issuer"]) jwt.issuer = r.string_of(j["issuer"], "auth.jwt.issuer");
         if (j["audiences"]) jwt.audiences = r.strings(j["audiences"], "auth.jwt.audiences");
-        if (!j["jwks_file"]) r.fail(j, "auth.jwt needs 'jwks_file' (the issuer's public keys)");
-        jwt.jwks_file = config_file(j["jwks_file"], "auth.jwt.jwks_file", "JWKS");
+        if (!j["jwks_file"] == !j["jwks_url"])
+            r.fail(j, "auth.jwt needs one of 'jwks_file' and 'jwks_url' (the issuer's public keys)");
+        if (j["jwks_file"]) jwt.jwks_file = config_file(j["jwks_file"], "auth.jwt.jwks_file", "JWKS");
+        if (j["jwks_url"]) {
+            UpstreamConfig url;  // the same URL rules as an upstream's
+            parse_url(j["jwks_url"], url);
+            jwt.jwks_url = url.url;
+            jwt.jwks_https = url.https;
+            jwt.jwks_host = url.host;
+            jwt.jwks_port = url.port;
+            jwt.jwks_path = url.base_path.empty() ? "/" : url.base_path;
+        }
+        if (j["jwks_refresh"]) {
+            if (!j["jwks_url"]) r.fail(j["jwks_refresh"], "auth.jwt.jwks_refresh goes with jwks_url");
+            jwt.jwks_refresh = r.duration(j["jwks_refresh"], "auth.jwt.jwks_refresh");
+            if (jwt.jwks_refresh < core::k_nanos_per_second || jwt.jwks_refresh > 86'400 * core::k_nanos_per_second)
+                r.fail(j["jwks_refresh"], "auth.jwt.jwks_refresh must be between 1s and 24h");
+        }
         static const std::set<std::string> k_algorithms{"RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA"};
         jwt.algorithms = {k_algorithms.begin(), k_algorithms.end()};
         if (j["algorithms"]) {

@@ -10,6 +10,7 @@
 
 #include <thread>
 
+#include "jwks_watch.hpp"
 #include "load_scraper.hpp"
 #include "services.hpp"
 #include "state_keeper.hpp"
@@ -83,6 +84,7 @@ public:
         if (admin_acceptor_) net::co_spawn(workers_.front()->ioc, admin_accept_loop(), log_exception);
         net::co_spawn(workers_.front()->ioc, evict_idle_buckets(*workers_.front()), net::detached);
         net::co_spawn(workers_.front()->ioc, watch_upstream_load(services_), log_exception);
+        net::co_spawn(workers_.front()->ioc, watch_jwks(services_), log_exception);
         std::vector<std::thread> threads;
         for (std::size_t i = 1; i < workers_.size(); ++i)
             threads.emplace_back([w = workers_[i].get()] { run_worker(*w); });

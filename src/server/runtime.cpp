@@ -5,7 +5,9 @@
 namespace tokengate::server {
 
 Runtime::Runtime(std::shared_ptr<const config::GatewayConfig> cfg, const Runtime* previous)
-    : config(std::move(cfg)), keys(*config), jwt(auth::load_jwt_verifier(*config)) {
+    : config(std::move(cfg)),
+      keys(*config),
+      jwt(auth::load_jwt_issuer(*config, previous ? previous->jwt.get() : nullptr)) {
     for (const auto& up : config->upstreams) {
         std::shared_ptr<proxy::UpstreamHealth> kept;
         std::shared_ptr<proxy::UpstreamLoad> kept_load;

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "harness.hpp"
@@ -44,13 +45,16 @@ json make_tokens(const std::string& dir, std::string& skip) {
     }                                                                                    \
     ASSERT_FALSE(tokens.contains("failed")) << tokens.dump(2)
 
+/// `jwks` is a file, or `url:` and the URL to fetch it from every second.
 std::string config(const std::string& jwks) {
+    auto source =
+        jwks.rfind("url:", 0) == 0 ? "jwks_url: " + jwks.substr(4) + "\n    jwks_refresh: 1s" : "jwks_file: " + jwks;
     return "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
            "tiers:\n  pro: { limits: [ { name: rpm, algorithm: token_bucket, capacity: 1000, rate: 1000/min, "
            "unit: requests } ] }\n"
            "tenants:\n  - { id: acme, tier: pro, keys: [\"acme-key\"] }\n"
            "auth:\n  jwt:\n    issuer: " +
-           std::string(k_issuer) + "\n    audiences: [ tokengate ]\n    jwks_file: " + jwks +
+           std::string(k_issuer) + "\n    audiences: [ tokengate ]\n    " + source +
            "\n    tenant_claim: org\n    tier_claim: plan\n    leeway: 30s\n";
 }
 
@@ -167,6 +171,56 @@ TEST(Jwt, ARotatedJwksIsTakenOnReloadAndABadOneKeepsTheOldKeys) {
     { std::ofstream(live, std::ios::trunc) << "{\"keys\": 42}"; }
     ::kill(gw.gateway().pid(), SIGHUP);
     EXPECT_TRUE(gw.log_contains("not a JWKS")) << gw.log();
+    EXPECT_EQ(chat(gw, tokens["rotated"]).status, 200);
+}
+
+/// Process runs a path, not a name found on PATH.
+std::string node_binary() {
+    auto path = capture("command -v node");
+    while (!path.empty() && path.back() == '\n') path.pop_back();
+    return path;
+}
+
+bool eventually(const std::function<bool()>& done, std::chrono::seconds within = 10s) {
+    for (auto deadline = std::chrono::steady_clock::now() + within; std::chrono::steady_clock::now() < deadline;
+         std::this_thread::sleep_for(50ms))
+        if (done()) return true;
+    return false;
+}
+
+TEST(Jwt, AJwksUrlIsFetchedRefreshedAndKeptWhileItsServerIsDown) {
+    TempDir dir;
+    MAKE_TOKENS(tokens, dir.path());
+    auto served = dir.path() + "/served.json";
+    // The provider is down when the gateway starts: JWT callers get 503 (retryable), keys work.
+    auto server_port = free_port();
+    GatewayUnderTest gw(config("url:http://127.0.0.1:" + std::to_string(server_port) + "/jwks"));
+    auto early = chat(gw, tokens["valid_ES256"]);
+    EXPECT_EQ(early.status, 503) << early.body;
+    EXPECT_EQ(json::parse(early.body)["error"]["code"], "jwks_unavailable");
+    EXPECT_EQ(early.header("retry-after"), "1");
+    EXPECT_EQ(chat(gw, "acme-key").status, 200);
+    EXPECT_TRUE(gw.log_contains("cannot read the JWKS at http://127.0.0.1:" + std::to_string(server_port))) << gw.log();
+    // It comes up (on the port the config names): the keys are fetched within a retry.
+    fs::copy_file(dir.path() + "/jwks.json", served);
+    auto script = (fs::path(TOKENGATE_SOURCE_DIR) / "tests/sdk/jwks_server.mjs").string();
+    Process server({node_binary(), script, std::to_string(server_port), served}, dir.path() + "/jwks-server.log");
+    ASSERT_TRUE(wait_for_port(server_port));
+    EXPECT_TRUE(eventually([&] { return chat(gw, tokens["valid_ES256"]).status == 200; }, 20s)) << gw.log();
+    EXPECT_TRUE(gw.log_contains("is readable again")) << gw.log();
+    // The provider rotates its keys: within a refresh the new key works and the old is gone.
+    EXPECT_EQ(chat(gw, tokens["rotated"]).status, 401);
+    fs::copy_file(dir.path() + "/rotated.json", served, fs::copy_options::overwrite_existing);
+    EXPECT_TRUE(eventually([&] { return chat(gw, tokens["rotated"]).status == 200; })) << gw.log();
+    EXPECT_EQ(message(chat(gw, tokens["valid_ES256"])), "Invalid token: unknown key id.");
+    // It goes down again, then serves garbage: the keys fetched last stay.
+    server.stop(SIGKILL);
+    std::this_thread::sleep_for(2500ms);  // two refreshes
+    EXPECT_EQ(chat(gw, tokens["rotated"]).status, 200);
+    { std::ofstream(served, std::ios::trunc) << R"({"keys":[{"kty":"oct","k":"c2VjcmV0"}]})"; }
+    Process again({node_binary(), script, std::to_string(server_port), served}, dir.path() + "/jwks-server.log");
+    ASSERT_TRUE(wait_for_port(server_port));
+    EXPECT_TRUE(gw.log_contains("holds no usable signing key")) << gw.log();
     EXPECT_EQ(chat(gw, tokens["rotated"]).status, 200);
 }
 

@@ -4,6 +4,7 @@
 // (RFC 7517's JWKS) through OpenSSL's EVP API; then RFC 7519's exp, nbf, iss and aud.
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -90,12 +91,36 @@ private:
     mutable std::array<Shard, k_shards> accepted_;
 };
 
-/// `auth.jwt`'s verifier with its JWKS file read, or null without `auth.jwt`. Throws
+/// `auth.jwt`'s verifier of the moment. With `jwks_file` its keys are read when it is made;
+/// with `jwks_url` they are installed by each fetch (server/jwks_watch.cpp), and until the first
+/// one there is no verifier.
+class JwtIssuer {
+public:
+    explicit JwtIssuer(config::JwtConfig policy) : policy_(std::move(policy)) {}
+    const config::JwtConfig& policy() const { return policy_; }
+    void install(KeySet keys) {
+        current_.store(std::make_shared<const JwtVerifier>(policy_, std::move(keys)), std::memory_order_release);
+    }
+    /// Null until keys are installed.
+    std::shared_ptr<const JwtVerifier> verifier() const { return current_.load(std::memory_order_acquire); }
+
+private:
+    config::JwtConfig policy_;
+    std::atomic<std::shared_ptr<const JwtVerifier>> current_;
+};
+
+/// `auth.jwt`'s issuer, or null without `auth.jwt`. A JWKS file is read now: throws
 /// config::ConfigError, at the file's place in the config, for a file that is not a JWKS or
-/// holds no key the accepted algorithms could use.
-std::shared_ptr<const JwtVerifier> load_jwt_verifier(const config::GatewayConfig& config);
+/// holds no key it could use. A JWKS URL's keys are fetched later; a reload keeps those
+/// `previous` fetched from the same URL meanwhile.
+std::shared_ptr<JwtIssuer> load_jwt_issuer(const config::GatewayConfig& config, const JwtIssuer* previous);
+
+/// A JWKS document's keys, or why not (not a JWKS, or no key it could use, each one's reason).
+std::variant<KeySet, std::string> read_jwks(std::string_view text);
 
 /// The largest token looked at: larger ones are refused unread.
 inline constexpr std::size_t k_max_jwt_bytes = 16 * 1024;
+/// The largest JWKS read, from a file or a URL.
+inline constexpr std::size_t k_max_jwks_bytes = 1024 * 1024;
 
 }  // namespace tokengate::auth

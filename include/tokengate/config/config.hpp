@@ -299,9 +299,16 @@ struct LogConfig {
 /// The whole validated configuration. Immutable once loaded: each request takes one snapshot.
 /// `auth.jwt` (SPEC §21): Bearer values that are JWTs name their tenant in a claim.
 struct JwtConfig {
-    std::string issuer;                   // `iss` must equal it; empty: not checked
-    std::vector<std::string> audiences;   // `aud` must hold one of them; empty: not checked
-    ConfigFile jwks_file;                 // the issuer's public keys (a JWKS), read at start and reload
+    std::string issuer;                  // `iss` must equal it; empty: not checked
+    std::vector<std::string> audiences;  // `aud` must hold one of them; empty: not checked
+    ConfigFile jwks_file;                // the issuer's public keys (a JWKS), read at start and reload
+    // Or fetched: GET jwks_url at start and every jwks_refresh (a failed fetch keeps the keys).
+    std::string jwks_url;  // empty: jwks_file
+    bool jwks_https = false;
+    std::string jwks_host;
+    unsigned short jwks_port = 0;
+    std::string jwks_path;
+    core::Nanos jwks_refresh = 300'000'000'000;
     std::vector<std::string> algorithms;  // accepted `alg`s: RS256/384/512, PS256, ES256/384, EdDSA
     std::string tenant_claim;             // the claim naming the tenant's id
     std::string tier_claim;               // optional: a tier for a tenant not in the config

@@ -27,8 +27,8 @@ struct Runtime {
 
     std::shared_ptr<const config::GatewayConfig> config;
     auth::KeyTable keys;
-    /// `auth.jwt`'s verifier and the JWKS it read (SPEC §21); null without `auth.jwt`.
-    std::shared_ptr<const auth::JwtVerifier> jwt;
+    /// `auth.jwt`'s issuer and the keys it has (SPEC §21); null without `auth.jwt`.
+    std::shared_ptr<auth::JwtIssuer> jwt;
     /// Health per upstream (same index as config->upstreams); kept across reloads by name.
     std::vector<std::shared_ptr<proxy::UpstreamHealth>> health;
     /// Load per upstream from its /metrics (same index); kept across reloads by name.

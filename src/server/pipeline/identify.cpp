@@ -17,7 +17,14 @@ Rejection refused(http::status status, std::string type, std::string code, std::
 
 Result<auth::Principal> identify(const Runtime& runtime, std::string_view key, core::Nanos unix_now) {
     if (runtime.jwt && auth::looks_like_jwt(key)) {
-        auto verified = runtime.jwt->verify(key, static_cast<double>(unix_now) / 1e9);
+        auto verifier = runtime.jwt->verifier();
+        if (!verifier) {  // jwks_url not fetched yet: the gateway's fault, so one to retry
+            auto r = refused(http::status::service_unavailable, "server_error", "jwks_unavailable",
+                             "The identity provider's keys are not loaded yet; retry shortly.");
+            r.headers.push_back({"Retry-After", "1"});
+            return r;
+        }
+        auto verified = verifier->verify(key, static_cast<double>(unix_now) / 1e9);
         if (auto* no = std::get_if<auth::JwtRefusal>(&verified))
             return refused(http::status::unauthorized, "invalid_request_error", "invalid_token",
                            "Invalid token: " + no->reason + ".");
