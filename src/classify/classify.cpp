@@ -1,5 +1,7 @@
 #include "tokengate/classify/classify.hpp"
 
+#include <algorithm>
+
 #include "tokengate/config/config.hpp"
 
 namespace tokengate::classify {
@@ -18,10 +20,12 @@ void add_level(std::vector<config::Charge>& out, const std::vector<config::Limit
                std::string_view subject, const RequestFacts& facts) {
     for (const auto& spec : specs) {
         if (!limit_applies(spec, facts.model)) continue;
+        if (spec.per_subject && !facts.subject) continue;
         config::Charge c;
         c.spec = &spec;
         c.level = level;
-        c.key = bucket_key(level, spec.name, subject);
+        c.key = spec.per_subject ? bucket_key(level, spec.name, subject_of(subject, *facts.subject))
+                                 : bucket_key(level, spec.name, subject);
         c.amount = facts.reserved.in(spec.unit);
         c.tenant = facts.tenant_id;
         c.priority = facts.priority;
@@ -39,12 +43,25 @@ std::string bucket_key(Level level, std::string_view limit, std::string_view sub
     return key;
 }
 
+std::string subject_of(std::string_view tenant, std::string_view end_user) {
+    std::string s;
+    s.reserve(tenant.size() + 1 + std::max<std::size_t>(end_user.size(), 6));
+    s.append(tenant).append("/").append(end_user.empty() ? std::string_view("(none)") : end_user);
+    return s;
+}
+
 std::vector<config::Charge> tenant_charges(const config::TenantConfig& tenant) {
     std::vector<config::Charge> charges;
     charges.reserve(tenant.limits.size());
     for (const auto& spec : tenant.limits)
-        charges.push_back(
-            {&spec, Level::tenant, bucket_key(Level::tenant, spec.name, tenant.id), 0, tenant.id, tenant.priority, {}});
+        if (!spec.per_subject)  // one bucket per end user: no one bucket to show for the tenant
+            charges.push_back({&spec,
+                               Level::tenant,
+                               bucket_key(Level::tenant, spec.name, tenant.id),
+                               0,
+                               tenant.id,
+                               tenant.priority,
+                               {}});
     return charges;
 }
 

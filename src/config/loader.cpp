@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -184,6 +185,13 @@ struct Loader {
         tenants(root["tenants"]);
         if (root["ip_limits"]) config.ip_limits = limits(root["ip_limits"], "ip_limits");
         if (root["global_limits"]) config.global_limits = limits(root["global_limits"], "global_limits");
+        // An end user is someone inside a tenant: only a tenant's (or tier's) limit is per subject.
+        auto not_per_subject = [&](const YAML::Node& list, const std::vector<LimitSpec>& specs) {
+            for (std::size_t i = 0; i < specs.size(); ++i)
+                if (specs[i].per_subject) r.fail(list[i]["per"], "per: subject is for tier and tenant limits only");
+        };
+        if (root["ip_limits"]) not_per_subject(root["ip_limits"], config.ip_limits);
+        if (root["global_limits"]) not_per_subject(root["global_limits"], config.global_limits);
         if (root["overload"]) overload(root["overload"]);
         if (root["auth"]) auth(root["auth"]);
         rank_shaping_queues();
@@ -637,10 +645,16 @@ struct Loader {
     LimitSpec limit(const YAML::Node& n) {
         r.expect_map(n, "limit",
                      {"name", "algorithm", "capacity", "rate", "unit", "initial", "mode", "max_wait", "max", "enforce",
-                      "fair", "models", "period", "limit", "adaptive"});
+                      "fair", "models", "period", "limit", "adaptive", "per"});
         LimitSpec l;
         if (!n["name"]) r.fail(n, "limit is missing 'name'");
         l.name = r.string_of(n["name"], "limit name");
+        if (n["per"]) {
+            auto per = r.string_of(n["per"], "per");
+            if (per != "tenant" && per != "subject")
+                r.fail(n["per"], "per must be tenant or subject, got '" + per + "'");
+            l.per_subject = per == "subject";
+        }
         if (!n["algorithm"]) r.fail(n, "limit '" + l.name + "' is missing 'algorithm'");
         auto algo = r.string_of(n["algorithm"], "algorithm");
         if (algo == "token_bucket") l.algorithm = Algorithm::token_bucket;
@@ -923,7 +937,12 @@ struct Loader {
                     route.retry.attempts = static_cast<unsigned>(r.whole(t["attempts"], "retry.attempts", 0, 8));
             }
             parsing_route = &route;
-            if (item["limits"]) route.limits = limits(item["limits"], "route limits");
+            if (item["limits"]) {
+                route.limits = limits(item["limits"], "route limits");
+                for (std::size_t i = 0; i < route.limits.size(); ++i)
+                    if (route.limits[i].per_subject)
+                        r.fail(item["limits"][i]["per"], "per: subject is for tier and tenant limits only");
+            }
             parsing_route = nullptr;
             config.routes.push_back(std::move(route));
         }
@@ -971,7 +990,26 @@ struct Loader {
     }
 
     void auth(const YAML::Node& n) {
-        r.expect_map(n, "auth", {"jwt"});
+        r.expect_map(n, "auth", {"jwt", "subject"});
+        if (const auto& s = n["subject"]) {
+            r.expect_map(s, "auth.subject", {"header", "body_field", "max_per_tenant"});
+            auto& subject = config.auth.subject;
+            if (s["header"]) {
+                subject.header = r.string_of(s["header"], "auth.subject.header");
+                bool token = !subject.header.empty() && subject.header.size() <= 64 &&
+                             std::all_of(subject.header.begin(), subject.header.end(), [](char c) {
+                                 return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+                             });
+                if (!token) r.fail(s["header"], "auth.subject.header must be a header name such as X-End-User");
+            }
+            if (s["body_field"]) {
+                subject.body_field = r.string_of(s["body_field"], "auth.subject.body_field");
+                if (subject.body_field.empty() || subject.body_field.size() > 64)
+                    r.fail(s["body_field"], "auth.subject.body_field must name a field such as user");
+            }
+            if (s["max_per_tenant"])
+                subject.max_per_tenant = r.whole(s["max_per_tenant"], "auth.subject.max_per_tenant", 1, 10'000'000);
+        }
         if (!n["jwt"]) return;
         const auto& j = n["jwt"];
         r.expect_map(j, "auth.jwt",

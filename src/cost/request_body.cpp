@@ -711,7 +711,7 @@ std::optional<std::string> sniff_model(std::string_view body) {
 
 ParsedBody parse_request_body(std::string_view body, const config::CostConfig& cost, const Tokenizers* tokenizers,
                               std::string_view path, const std::vector<config::ModelCost>* models,
-                              std::uint64_t count_limit) {
+                              std::uint64_t count_limit, std::string_view subject_field) {
     ParsedBody out;
     auto& s = out.summary;
     s.endpoint = endpoint_for_path(path);
@@ -740,6 +740,10 @@ ParsedBody parse_request_body(std::string_view body, const config::CostConfig& c
         return out;
     }
     s.body_bytes = body.size();
+    if (!subject_field.empty()) {
+        std::string_view subject;
+        if (root.at_key(subject_field).get_string().get(subject) == simdjson::SUCCESS) out.subject = subject;
+    }
     auto has = [&](std::string_view key) {
         element v;
         return root.at_key(key).get(v) == simdjson::SUCCESS;

@@ -116,7 +116,7 @@ std::variant<pipeline::Admitted, Response> explain_admission(const Runtime& rt, 
     auto key = in["key"].get<std::string>();
     std::optional<auth::Principal> who;
     // The data plane's own admission: a refusal there is this call's 400, with the same code.
-    auto admitted = pipeline::admit(rt, {key, target, *client_ip, request_body, unix_now}, history, who);
+    auto admitted = pipeline::admit(rt, {key, target, *client_ip, request_body, unix_now, {}}, history, who);
     if (auto* no = std::get_if<pipeline::Rejection>(&admitted))
         return admin_error(http::status::bad_request, no->code, no->message);
     return std::get<pipeline::Admitted>(std::move(admitted));

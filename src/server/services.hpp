@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "log_throttle.hpp"
+#include "tokengate/auth/subjects.hpp"
 #include "tokengate/core/clock.hpp"
 #include "tokengate/cost/output_history.hpp"
 #include "tokengate/limiter/exposure.hpp"
@@ -87,6 +88,7 @@ struct Services {
     std::atomic<std::uint64_t> open_connections{0};
     metrics::Registry registry;
     GatewayMetrics metrics;
+    auth::SubjectDirectory subjects;                              // each tenant's most recent end users (SPEC §21)
     metrics::Activity activity;                                   // the status page's last five minutes and hour
     cost::OutputHistory output_history;                           // settled output per (tenant, model), across reloads
     limiter::Exposure answers_in_flight;                          // SPEC §17: what they may still be charged

@@ -260,8 +260,13 @@ private:
             co_return co_await refuse(pipeline::shutting_down(), rec, {reply.version, false, reply.idle_timeout, &req});
 
         std::optional<auth::Principal> who;
-        pipeline::Incoming incoming{auth::extract_key(req[http::field::authorization], req["x-api-key"]), target,
-                                    rec.client_ip, req.body(), services_.clock.unix_now()};
+        pipeline::Incoming incoming{
+            auth::extract_key(req[http::field::authorization], req["x-api-key"]),
+            target,
+            rec.client_ip,
+            req.body(),
+            services_.clock.unix_now(),
+            cfg.auth.subject.header.empty() ? std::string_view() : std::string_view(req[cfg.auth.subject.header])};
         auto admission = co_await admit(*rt, incoming, who);
         if (who) rec.tenant = cfg.tenants[who->tenant].id, rec.key_id = who->key_id, rec.subject = who->subject;
         if (auto* no = std::get_if<pipeline::Rejection>(&admission)) co_return co_await refuse(*no, rec, reply);
@@ -269,8 +274,12 @@ private:
         pipeline::record_admission(*rt, admitted, rec);
 
         SocketEnds ends(*this, *rt, req, target, rec, reply);
-        pipeline::StageServices stages{*services_.store, services_.clock, services_.metrics, services_.output_history,
-                                       services_.answers_in_flight};
+        pipeline::StageServices stages{*services_.store,
+                                       services_.clock,
+                                       services_.metrics,
+                                       services_.output_history,
+                                       services_.answers_in_flight,
+                                       services_.subjects};
         auto outcome = co_await pipeline::proceed(stages, *rt, admitted, rec, ends);
         if (!outcome.answer.empty()) co_return co_await answer(outcome.answer, rec, reply);
         if (outcome.refusal)

@@ -83,6 +83,7 @@ TraceEntry access_entry(const json& j, std::size_t line) {
     e.t = seconds(j, "ts", line, 1e11);
     e.key_id = text(j, "key_id", line);
     e.tenant = text(j, "tenant", line);
+    if (j.contains("subject")) e.subject = text(j, "subject", line);
     if (j.contains("path")) e.path = text(j, "path", line);
     if (j.contains("client_ip")) e.client_ip = text(j, "client_ip", line);
     auto status = whole(j, "status", line);
@@ -357,9 +358,9 @@ private:
             }
         }
         if (auto it = tenant_by_key_id_.find(e.key_id); !e.key_id.empty() && it != tenant_by_key_id_.end())
-            return auth::Principal{it->second, e.key_id, {}};
+            return auth::Principal{it->second, e.key_id, e.subject};
         if (auto it = tenant_by_name_.find(e.tenant); !e.tenant.empty() && it != tenant_by_name_.end())
-            return auth::Principal{it->second, e.key_id, {}};
+            return auth::Principal{it->second, e.key_id, e.subject};
         return std::nullopt;
     }
 
@@ -370,7 +371,8 @@ private:
         auto target = proxy::normalize_target(e.path);
         if (!e.body.empty()) {
             std::optional<auth::Principal> known;
-            return pipeline::admit(runtime_, {e.key, target, e.client_ip, e.body}, history_, known);
+            return pipeline::admit(runtime_, {e.key, target, e.client_ip, e.body, clock_.unix_now(), {}}, history_,
+                                   known);
         }
         if (e.input_tokens)
             return pipeline::price_request(runtime_, {who, logged_summary(e), cost::find_model(cfg.models, e.model)},
@@ -386,7 +388,8 @@ private:
         a.route = *route;
         a.summary.sequences = 0;
         a.reserved = {*e.cost, static_cast<double>(e.prompt_tokens.value_or(0) + e.completion_tokens.value_or(0)), 0};
-        a.charges = classify::applicable_limits(cfg, {who.tenant, e.client_ip, a.route, "", a.reserved, {}});
+        a.charges =
+            classify::applicable_limits(cfg, {who.tenant, e.client_ip, a.route, "", a.reserved, {}, {}, who.subject});
         return a;
     }
 
@@ -447,7 +450,8 @@ private:
     GatewayMetrics metrics_;
     cost::OutputHistory history_;
     limiter::Exposure answers_in_flight_;
-    pipeline::StageServices stages_{store_, clock_, metrics_, history_, answers_in_flight_};
+    auth::SubjectDirectory subjects_;
+    pipeline::StageServices stages_{store_, clock_, metrics_, history_, answers_in_flight_, subjects_};
     bool load_set_ = false;
     std::unordered_map<std::string, std::optional<auth::Principal>> principals_;
     std::unordered_map<std::string, std::size_t> tenant_by_key_id_, tenant_by_name_;

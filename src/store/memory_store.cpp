@@ -250,6 +250,17 @@ std::size_t MemoryStore::evict_idle() {
     return evicted;
 }
 
+void MemoryStore::forget(std::span<const std::string> keys) {
+    auto now = clock_.now();
+    auto unix_now = clock_.unix_now();
+    for (const auto& key : keys) {
+        auto& shard = shards_[shard_of(key)];
+        std::lock_guard lock(shard.mutex);
+        if (auto it = shard.buckets.find(key); it != shard.buckets.end() && evictable(it->second, now, unix_now, false))
+            shard.buckets.erase(it);
+    }
+}
+
 Snapshot MemoryStore::save() const {
     Snapshot out;
     auto now = clock_.now();

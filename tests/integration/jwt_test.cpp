@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <thread>
 
 #include "harness.hpp"
@@ -104,6 +105,37 @@ TEST(Jwt, EveryAlgorithmSignedByJoseIsAccepted) {
                   json{{"key", tokens["valid_ES256"]}, {"body", json::parse(chat_body("m", "hi", 8, false))}}.dump()});
     ASSERT_EQ(explained.status, 200) << explained.body;
     EXPECT_EQ(json::parse(explained.body)["subject"], "user-1");
+}
+
+TEST(Jwt, TheTokensSubIsTheEndUserBeforeAnyHeader) {
+    TempDir dir;
+    MAKE_TOKENS(tokens, dir.path());
+    auto cfg = config(dir.path() + "/jwks.json");
+    // Two requests an end user, counted per subject; the header is named too, and loses to sub.
+    cfg.replace(cfg.find("tiers:"), cfg.find("tenants:") - cfg.find("tiers:"),
+                "tiers:\n  pro: { limits: [ { name: per-user, algorithm: token_bucket, capacity: 2, rate: 1/h, "
+                "unit: requests, per: subject } ] }\n");
+    cfg += "  subject: { header: X-End-User }\n";
+    GatewayUnderTest gw(cfg);
+    auto as = [&](const std::string& token, const std::string& header_user) {
+        return gw
+            .request({"POST",
+                      "/v1/chat/completions",
+                      {{"Authorization", "Bearer " + token}, {"X-End-User", header_user}},
+                      chat_body("m", "hello", 8, false)})
+            .status;
+    };
+    EXPECT_EQ(as(tokens["valid_RS256"], "mallory"), 200);
+    EXPECT_EQ(as(tokens["valid_ES256"], "trudy"), 200) << "another token, the same sub";
+    EXPECT_EQ(as(tokens["valid_EdDSA"], "someone-new"), 429) << "user-1 has used its two";
+    // A token without sub: the header names the end user.
+    EXPECT_EQ(as(tokens["no_subject"], "mallory"), 200);
+    auto lines = gw.access_lines("/v1/chat/completions", 4);
+    ASSERT_EQ(lines.size(), 4u);
+    std::map<std::string, int> subjects;
+    for (const auto& l : lines) subjects[json::parse(l).value("subject", "-")]++;
+    EXPECT_EQ(subjects["user-1"], 3);
+    EXPECT_EQ(subjects["mallory"], 1);
 }
 
 TEST(Jwt, EveryBadTokenIsRefusedWithItsReasonAndNeverLogged) {

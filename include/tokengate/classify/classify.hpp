@@ -22,7 +22,13 @@ struct RequestFacts {
     config::Amounts reserved;                                // what the request reserves, in every unit
     std::string_view tenant_id;                              // filled in by applicable_limits from the config
     config::Priority priority = config::Priority::standard;  // likewise
+    /// The end user (SPEC §21) for `per: subject` limits: "" is the tenant's "(none)"; nullopt:
+    /// not known yet (precheck, before the body), and those limits are left out.
+    std::optional<std::string_view> subject = std::string_view();
 };
+
+/// A `per: subject` bucket's subject: "<tenant>/<end user>", or "<tenant>/(none)".
+std::string subject_of(std::string_view tenant, std::string_view end_user);
 
 /// Every limit that applies to a request, at every level, as charges to decide on at once.
 std::vector<config::Charge> applicable_limits(const config::GatewayConfig& config, const RequestFacts& facts);

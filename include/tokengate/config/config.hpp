@@ -55,6 +55,7 @@ struct LimitSpec {
     bool fair = false;
     bool ranked = false;              // leaky shape: its tenants are of more than one priority class (SPEC §13)
     std::vector<std::string> models;  // glob patterns; empty = every model
+    bool per_subject = false;         // `per: subject`: one bucket per end user of the tenant (SPEC §21)
     core::CalendarPeriod period = core::CalendarPeriod::day;  // quota only
     const date::time_zone* zone = nullptr;                    // quota only: quotas.timezone
     std::optional<AdaptiveRate> adaptive;                     // token/leaky only
@@ -315,8 +316,16 @@ struct JwtConfig {
     core::Nanos leeway = 30'000'000'000;  // clock skew allowed on exp and nbf
 };
 
+/// `auth.subject` (SPEC §21): who the end user is, inside a tenant, for `per: subject` limits.
+struct SubjectConfig {
+    std::string header;                   // a request header naming the end user; empty: none
+    std::string body_field;               // a top-level string field of the body (`user`); empty: none
+    std::size_t max_per_tenant = 10'000;  // subjects kept a tenant; the least recently seen go first
+};
+
 struct AuthConfig {
     std::optional<JwtConfig> jwt;
+    SubjectConfig subject;
 };
 
 struct GatewayConfig {

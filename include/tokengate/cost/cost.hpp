@@ -92,6 +92,8 @@ struct ParsedBody {
     const config::ModelCost* model = nullptr;
     /// What counted the input tokens; null: the heuristic.
     const Tokenizer* tokenizer = nullptr;
+    /// The top-level string field `subject_field` named (the end user, SPEC §21); empty: none.
+    std::string subject;
 };
 
 /// Validates and summarises a JSON request body sent to `path` (SPEC §11's table). An empty
@@ -103,7 +105,7 @@ struct ParsedBody {
 ParsedBody parse_request_body(std::string_view body, const config::CostConfig& cost,
                               const Tokenizers* tokenizers = nullptr, std::string_view path = {},
                               const std::vector<config::ModelCost>* models = nullptr,
-                              std::uint64_t count_limit = UINT64_MAX);
+                              std::uint64_t count_limit = UINT64_MAX, std::string_view subject_field = {});
 
 /// The body's `model` ("" when it names none), read without pricing anything; nullopt when the
 /// body is not a JSON object (parse_request_body says why).

@@ -23,6 +23,7 @@ struct TraceEntry {
     double t = 0;  // seconds from the trace's start
     std::string key;
     std::string key_id, tenant;    // an access-log line: who sent it (the key itself is never logged)
+    std::string subject;           // and its end user, if it named one (SPEC §21)
     int refused_at_admission = 0;  // an access-log line the gateway answered before pricing (401, 400, ...)
     std::string path = "/v1/chat/completions";
     std::string client_ip = "127.0.0.1";

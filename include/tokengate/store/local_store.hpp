@@ -32,6 +32,7 @@ public:
                 const config::Amounts& actual) override;
     std::vector<std::pair<std::string, std::size_t>> queue_depths() const override { return memory_.queue_depths(); }
     std::size_t evict_idle() override { return memory_.evict_idle(); }
+    void forget(std::span<const std::string> keys) override { memory_.forget(keys); }
     Snapshot save() const override { return memory_.save(); }
     std::size_t restore(const Snapshot& saved, core::Nanos downtime) override {
         return memory_.restore(saved, downtime);

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -63,6 +64,8 @@ public:
 
     /// Drops buckets that are full again and hold no concurrency; returns how many.
     std::size_t evict_idle();
+    /// Drops these buckets unless one holds a request (a concurrency slot, a queue's ticket).
+    void forget(std::span<const std::string> keys);
     std::size_t size() const;
 
     /// Makes this the stand-in for a shared store that is down: every limit holds

@@ -46,6 +46,9 @@ public:
     virtual std::vector<std::pair<std::string, std::size_t>> queue_depths() const = 0;
     /// Drops the buckets kept in this process that are full again and hold nothing.
     virtual std::size_t evict_idle() = 0;
+    /// Drops these buckets (an end user pushed out of its tenant's bound, SPEC §21), unless one
+    /// holds a request; a shared store's keys expire by themselves.
+    virtual void forget(std::span<const std::string> /*keys*/) {}
     /// The levels kept in this process, for store.state_file, and back (each bucket refilled by
     /// `downtime`; what is full by now is left out): how many came back.
     virtual Snapshot save() const = 0;

@@ -30,10 +30,18 @@ Result<Admitted> admit(const Runtime& runtime, const Incoming& in, const cost::O
     auto identified = identify(runtime, in.key, in.unix_now);
     if (auto* no = std::get_if<Rejection>(&identified)) return std::move(*no);
     who = std::move(std::get<auth::Principal>(identified));
-    auto parsed =
-        cost::parse_request_body(in.body, cfg.cost, &runtime.tokenizers, in.target.path, &cfg.models, count_limit);
+    const auto& subject = cfg.auth.subject;
+    // The body's end user is only read when nothing before it named one.
+    bool subject_from_body = who->subject.empty() && in.subject_header.empty() && !subject.body_field.empty();
+    auto parsed = cost::parse_request_body(in.body, cfg.cost, &runtime.tokenizers, in.target.path, &cfg.models,
+                                           count_limit, subject_from_body ? subject.body_field : std::string_view());
     if (parsed.error != cost::BodyError::none)
         return invalid(http::status::bad_request, body_error_code(parsed.error), parsed.message);
+    // SPEC §21: the JWT's sub, else the header, else the body's field; none is the "(none)" subject.
+    if (who->subject.empty()) who->subject = in.subject_header.empty() ? std::move(parsed.subject) : in.subject_header;
+    if (who->subject.size() > k_max_subject_bytes)
+        return invalid(http::status::bad_request, "invalid_subject",
+                       "The end user's id is over " + std::to_string(k_max_subject_bytes) + " bytes.");
     return price_request(runtime, {*who, std::move(parsed.summary), parsed.model, parsed.tokenizer}, in.target.path,
                          in.client_ip, history);
 }
@@ -53,8 +61,8 @@ Result<Admitted> price_request(const Runtime& runtime, Read read, std::string_vi
     a.output = estimate_output(cfg.cost, history, cfg.tenants[a.principal.tenant].id, a.summary);
     a.reserved = cost::request_amounts(cfg.cost, a.cost_factor, a.price, a.summary.input_tokens, a.output.tokens,
                                        a.summary.stream);
-    a.charges =
-        classify::applicable_limits(cfg, {a.principal.tenant, client_ip, a.route, a.summary.model, a.reserved, {}});
+    a.charges = classify::applicable_limits(
+        cfg, {a.principal.tenant, client_ip, a.route, a.summary.model, a.reserved, {}, {}, a.principal.subject});
     return a;
 }
 

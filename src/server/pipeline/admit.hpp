@@ -17,6 +17,9 @@
 
 namespace tokengate::server::pipeline {
 
+/// The longest end-user id taken (a header or a body field can carry anything).
+inline constexpr std::size_t k_max_subject_bytes = 256;
+
 struct Admitted {
     auth::Principal principal;  // as authenticated (also in `who`)
     cost::RequestSummary summary;
@@ -35,7 +38,8 @@ struct Incoming {
     const proxy::NormalizedTarget& target;
     std::string_view client_ip;
     std::string_view body;
-    core::Nanos unix_now = 0;  // when it came: a JWT's exp and nbf are read against it
+    core::Nanos unix_now = 0;              // when it came: a JWT's exp and nbf are read against it
+    std::string_view subject_header = {};  // auth.subject.header's value, if any (SPEC §21)
 };
 
 /// Target → key → body → route → output estimate → price → every applicable limit (SPEC §1

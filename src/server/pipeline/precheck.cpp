@@ -43,7 +43,13 @@ net::awaitable<Result<std::uint64_t>> precheck(store::Store& store, const Runtim
     double factor = m ? m->cost_factor : 1.0;
     // The least any request costs: no input, no output (the cost formula's minimums).
     auto least = cost::request_amounts(cfg.cost, factor, nullptr, 0, 0, false);
-    auto charges = classify::applicable_limits(cfg, {who->tenant, in.client_ip, *route, *model, least, {}});
+    // The end user is known here only from a token or a header: else its limits wait for admit.
+    std::optional<std::string_view> subject;
+    if (!who->subject.empty()) subject = who->subject;
+    else if (!in.subject_header.empty()) subject = in.subject_header;
+    else if (cfg.auth.subject.body_field.empty()) subject = std::string_view();
+    auto charges =
+        classify::applicable_limits(cfg, {who->tenant, in.client_ip, *route, *model, least, {}, {}, subject});
     auto status = co_await store.peek(charges);
     if (status.unavailable) co_return k_no_limit;
     if (!status.allowed) {

@@ -1,5 +1,7 @@
 #include "sequence.hpp"
 
+#include "subjects.hpp"
+
 #include "../services.hpp"
 #include "count_tokens.hpp"
 #include "shed.hpp"
@@ -42,6 +44,7 @@ net::awaitable<Outcome> proceed(const StageServices& s, const Runtime& runtime, 
     auto overloaded = shed(*runtime.config, admitted, load);
     if (auto* no = std::get_if<Rejection>(&overloaded)) co_return refuse(rec, std::move(*no));
 
+    keep_subject(s, runtime, admitted);
     auto limited = co_await limit(s.store, admitted, cost, rec.tenant, s.metrics, s.clock, s.answers_in_flight, &ends);
     if (auto* no = std::get_if<Rejection>(&limited)) co_return refuse(rec, std::move(*no));
     auto& permit = std::get<Permit>(limited);

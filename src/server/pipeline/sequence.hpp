@@ -19,6 +19,7 @@
 #include "live_budget.hpp"
 #include "record.hpp"
 #include "rejection.hpp"
+#include "tokengate/auth/subjects.hpp"
 #include "tokengate/core/clock.hpp"
 #include "tokengate/cost/output_history.hpp"
 #include "tokengate/limiter/exposure.hpp"
@@ -39,6 +40,7 @@ struct StageServices {
     GatewayMetrics& metrics;
     cost::OutputHistory& output_history;
     limiter::Exposure& answers_in_flight;
+    auth::SubjectDirectory& subjects;  // each tenant's most recent end users (SPEC §21)
 };
 
 /// The request's two ends: its client, and what answers it.
