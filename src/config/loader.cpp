@@ -990,7 +990,16 @@ struct Loader {
     }
 
     void auth(const YAML::Node& n) {
-        r.expect_map(n, "auth", {"jwt", "subject"});
+        r.expect_map(n, "auth", {"jwt", "subject", "keys_file"});
+        if (n["keys_file"]) {  // made by the first key: it need not exist yet
+            auto& f = config.auth.keys_file;
+            f.path = relative_to_config(r.string_of(n["keys_file"], "auth.keys_file"));
+            f.at = {n["keys_file"].Mark().line + 1, n["keys_file"].Mark().column + 1};
+            if (f.path.empty() || f.path.back() == '/') r.fail(n["keys_file"], "auth.keys_file must name a file");
+            auto dir = std::filesystem::path(f.path).parent_path();
+            if (!dir.empty() && !std::filesystem::is_directory(dir))
+                r.fail(n["keys_file"], "auth.keys_file's directory " + dir.string() + " does not exist");
+        }
         if (const auto& s = n["subject"]) {
             r.expect_map(s, "auth.subject", {"header", "body_field", "max_per_tenant"});
             auto& subject = config.auth.subject;

@@ -1,10 +1,12 @@
 // The admin listener: /metrics, /healthz, /readyz and the /admin/* API (bearer token).
 
+#include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <optional>
@@ -16,10 +18,12 @@
 #include "pipeline/admit.hpp"
 #include "pipeline/exchange.hpp"
 #include "pipeline/limit.hpp"
+#include "run_time_keys.hpp"
 #include "services.hpp"
 #include "tokengate/auth/key_table.hpp"
 #include "tokengate/classify/classify.hpp"
 #include "tokengate/core/base64.hpp"
+#include "tokengate/core/calendar.hpp"
 #include "tokengate/core/sha256.hpp"
 #include "tokengate/limiter/headers.hpp"
 #include "tokengate/proxy/target.hpp"
@@ -92,6 +96,83 @@ Response tenant_state(const config::TenantConfig& tenant, const limiter::Decisio
     for (const auto& s : state.statuses) limits.push_back(limit_json(s));
     return json_response(http::status::ok,
                          {{"tenant", tenant.id}, {"limits", limits}, {"quotas", quotas_json(state, config)}});
+}
+
+json key_json(const RunTimeKey& k) {
+    return {{"id", k.id},
+            {"name", k.name},
+            {"created", core::rfc3339(k.created)},
+            {"expires", k.expires ? json(core::rfc3339(*k.expires)) : json(nullptr)},
+            {"last_used", k.last_used ? json(core::rfc3339(k.last_used)) : json(nullptr)}};
+}
+
+/// One line a change, who made it aside: the admin token is one.
+void audit(const json& change) { spdlog::info("audit: {}", change.dump()); }
+
+/// SPEC §21's key API: POST/GET /admin/tenants/{id}/keys, DELETE /admin/keys/{key_id}.
+std::optional<Response> keys_api(Services& services, const Runtime& rt, const http::request<http::string_body>& req,
+                                 std::string_view path) {
+    constexpr std::string_view k_tenants = "/admin/tenants/", k_keys = "/admin/keys/";
+    bool del = req.method() == http::verb::delete_;
+    std::string_view tenant_id;
+    if (path.substr(0, k_tenants.size()) == k_tenants && path.ends_with("/keys") && !del)
+        tenant_id = path.substr(k_tenants.size(), path.size() - k_tenants.size() - 5);
+    else if (!(del && path.substr(0, k_keys.size()) == k_keys)) return std::nullopt;
+    auto* book = rt.run_time_keys.get();
+    if (!book)
+        return admin_error(http::status::conflict, "keys_file_not_set",
+                           "Keys made at run time need auth.keys_file in the config.");
+    auto now = services.clock.unix_now();
+    if (del) {
+        auto id = path.substr(k_keys.size());
+        std::string error;
+        auto gone = book->revoke(id, error);
+        if (!error.empty()) return admin_error(http::status::internal_server_error, "keys_file_unwritable", error);
+        if (!gone) return admin_error(http::status::not_found, "not_found", "No such run-time key.");
+        audit({{"action", "key_revoked"}, {"tenant", gone->tenant}, {"key_id", gone->id}, {"name", gone->name}});
+        return json_response(http::status::ok, {{"revoked", gone->id}, {"tenant", gone->tenant}});
+    }
+    const auto& tenants = rt.config->tenants;
+    if (std::none_of(tenants.begin(), tenants.end(), [&](const auto& t) { return t.id == tenant_id; }))
+        return admin_error(http::status::not_found, "not_found", "No such tenant.");
+    if (req.method() == http::verb::get) {
+        json keys = json::array();
+        for (const auto& k : book->list(tenant_id)) keys.push_back(key_json(k));
+        return json_response(http::status::ok, {{"tenant", tenant_id}, {"keys", keys}});
+    }
+    if (req.method() != http::verb::post) return std::nullopt;
+    json in = json::parse(req.body(), nullptr, false);
+    if (!in.is_object())
+        return admin_error(http::status::bad_request, "invalid_body", "The body must be a JSON object.");
+    for (const auto& [field, value] : in.items())
+        if (field != "name" && field != "expires")
+            return admin_error(http::status::bad_request, "invalid_body",
+                               "Unknown field '" + field.substr(0, 64) + "'.");
+    if (!in.contains("name") || !in["name"].is_string() || in["name"].get_ref<const std::string&>().empty() ||
+        in["name"].get_ref<const std::string&>().size() > RunTimeKeys::k_max_name_bytes)
+        return admin_error(
+            http::status::bad_request, "invalid_body",
+            "'name' must be a string of 1 to " + std::to_string(RunTimeKeys::k_max_name_bytes) + " bytes.");
+    std::optional<core::Nanos> expires;
+    if (in.contains("expires") && !in["expires"].is_null()) {
+        if (in["expires"].is_string()) expires = core::parse_rfc3339(in["expires"].get_ref<const std::string&>());
+        if (!expires)
+            return admin_error(http::status::bad_request, "invalid_body",
+                               "'expires' must be an RFC 3339 time such as 2027-01-31T00:00:00Z.");
+        if (*expires <= now) return admin_error(http::status::bad_request, "invalid_body", "'expires' is past.");
+    }
+    auto made = book->make(tenant_id, in["name"].get_ref<const std::string&>(), expires, now);
+    if (auto* why = std::get_if<std::string>(&made)) return admin_error(http::status::conflict, "key_not_made", *why);
+    auto& m = std::get<RunTimeKeys::Made>(made);
+    audit({{"action", "key_made"},
+           {"tenant", m.key.tenant},
+           {"key_id", m.key.id},
+           {"name", m.key.name},
+           {"expires", m.key.expires ? json(core::rfc3339(*m.key.expires)) : json(nullptr)}});
+    auto out = key_json(m.key);
+    out["tenant"] = m.key.tenant;
+    out["key"] = m.secret;  // the only time it is shown
+    return json_response(http::status::created, out);
 }
 
 /// POST /admin/explain's input, admitted (nothing charged), or the error to answer.
@@ -226,6 +307,7 @@ net::awaitable<Response> handle(Services& services, const http::request<http::st
         if (target.size() > path.size()) query = target.substr(path.size() + 1);
         co_return co_await status(services, *rt, query);
     }
+    if (auto answered = keys_api(services, *rt, req, path)) co_return std::move(*answered);
     constexpr std::string_view k_tenants = "/admin/tenants/";
     constexpr std::string_view k_quotas = "/quotas/";
     bool post = req.method() == http::verb::post;

@@ -1,5 +1,7 @@
 #include "tokengate/server/runtime.hpp"
 
+#include "run_time_keys.hpp"
+#include "tokengate/config/loader.hpp"
 #include "tokengate/tls/context.hpp"
 
 namespace tokengate::server {
@@ -30,6 +32,17 @@ Runtime::Runtime(std::shared_ptr<const config::GatewayConfig> cfg, const Runtime
                             ? proxy::AffinityRing(route, config->upstreams)
                             : proxy::AffinityRing());
     tokenizers = cost::Tokenizers::load(*config, previous ? &previous->tokenizers : nullptr);
+    if (const auto& file = config->auth.keys_file; !file.path.empty()) {
+        if (previous && previous->run_time_keys && previous->run_time_keys->file() == file.path) {
+            run_time_keys = previous->run_time_keys;
+        } else {
+            try {
+                run_time_keys = std::make_shared<RunTimeKeys>(file.path);
+            } catch (const std::exception& e) {
+                throw config::ConfigError(config->source_path, file.at.line, file.at.column, e.what());
+            }
+        }
+    }
     if (config->server.tls) server_tls = tls::make_server_context(*config->server.tls, config->source_path);
 }
 

@@ -326,6 +326,7 @@ struct SubjectConfig {
 struct AuthConfig {
     std::optional<JwtConfig> jwt;
     SubjectConfig subject;
+    ConfigFile keys_file;  // API keys made at run time (the admin key API); empty: that API is off
 };
 
 struct GatewayConfig {

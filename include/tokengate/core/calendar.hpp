@@ -3,6 +3,7 @@
 // Calendar windows for quotas (SPEC §14): a day, a week or a month in an IANA time zone, with
 // that zone's DST and month lengths (Howard Hinnant's date/tz on the system tz database).
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -36,5 +37,9 @@ CalendarWindow calendar_window(const date::time_zone& zone, CalendarPeriod perio
 
 /// RFC 3339 in UTC, to the second: "2026-12-02T00:00:00Z".
 std::string rfc3339(Nanos unix_ns);
+
+/// An RFC 3339 instant ("2026-12-31T23:59:59Z", "…+01:00", fractions of a second allowed) as
+/// Unix nanoseconds; nullopt if it is not one or lies outside 1970–2255.
+std::optional<Nanos> parse_rfc3339(std::string_view text);
 
 }  // namespace tokengate::core

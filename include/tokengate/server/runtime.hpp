@@ -20,6 +20,8 @@ class ClientContext;
 
 namespace tokengate::server {
 
+class RunTimeKeys;
+
 /// Everything derived from one config, swapped whole on reload. A request takes one
 /// snapshot and uses it to the end, so a reload never changes a request mid-way.
 struct Runtime {
@@ -29,6 +31,9 @@ struct Runtime {
     auth::KeyTable keys;
     /// `auth.jwt`'s issuer and the keys it has (SPEC §21); null without `auth.jwt`.
     std::shared_ptr<auth::JwtIssuer> jwt;
+    /// API keys made at run time (SPEC §21), kept in auth.keys_file; null without one. Kept
+    /// across reloads while the file is the same.
+    std::shared_ptr<RunTimeKeys> run_time_keys;
     /// Health per upstream (same index as config->upstreams); kept across reloads by name.
     std::vector<std::shared_ptr<proxy::UpstreamHealth>> health;
     /// Load per upstream from its /metrics (same index); kept across reloads by name.

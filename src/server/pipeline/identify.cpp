@@ -1,5 +1,7 @@
 #include "identify.hpp"
 
+#include "../run_time_keys.hpp"
+
 namespace tokengate::server::pipeline {
 
 namespace {
@@ -39,6 +41,12 @@ Result<auth::Principal> identify(const Runtime& runtime, std::string_view key, c
                        "The token's tenant is not known to this gateway.");
     }
     if (auto who = runtime.keys.authenticate(key)) return std::move(*who);
+    if (runtime.run_time_keys)
+        if (auto made = runtime.run_time_keys->authenticate(key, unix_now)) {
+            const auto& tenants = runtime.config->tenants;
+            for (std::size_t t = 0; t < tenants.size(); ++t)
+                if (tenants[t].id == made->first) return auth::Principal{t, std::move(made->second), {}};
+        }
     return refused(http::status::unauthorized, "invalid_request_error", "invalid_api_key",
                    key.empty() ? "You didn't provide an API key. Send it as 'Authorization: Bearer <key>' or "
                                  "'x-api-key: <key>'."

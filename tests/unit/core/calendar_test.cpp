@@ -114,5 +114,19 @@ TEST(Calendar, Rfc3339IsUtcToTheSecond) {
     EXPECT_EQ(rfc3339(0), "1970-01-01T00:00:00Z");
 }
 
+TEST(Rfc3339, ParsesWhatTheAdminApiIsSent) {
+    EXPECT_EQ(parse_rfc3339("1970-01-01T00:00:00Z"), 0);
+    EXPECT_EQ(parse_rfc3339("2026-12-02T00:00:00Z"), utc("2026-12-02T00:00:00Z"));
+    EXPECT_EQ(parse_rfc3339("2026-12-02T01:30:00+01:30"), utc("2026-12-02T00:00:00Z"));
+    EXPECT_EQ(parse_rfc3339("2026-12-01T23:00:00-01:00"), utc("2026-12-02T00:00:00Z"));
+    EXPECT_EQ(parse_rfc3339("2026-12-02t00:00:00.25z"), utc("2026-12-02T00:00:00Z") + 250'000'000);
+    EXPECT_EQ(parse_rfc3339(rfc3339(utc("2031-07-04T12:34:56Z"))), utc("2031-07-04T12:34:56Z"));
+    for (const char* bad :
+         {"", "tomorrow", "2026-12-02", "2026-12-02T00:00:00", "2026-02-30T00:00:00Z", "2026-12-02T24:00:00Z",
+          "2026-12-02T00:00:00.Z", "2026-12-02T00:00:00.1234567890Z", "2026-12-02T00:00:00+25:00",
+          "2026-12-02T00:00:00Z trailing", "1969-12-31T23:59:59Z", "9999-12-31T23:59:59Z", "+2026-12-02T00:00:00Z"})
+        EXPECT_EQ(parse_rfc3339(bad), std::nullopt) << bad;
+}
+
 }  // namespace
 }  // namespace tokengate::core
