@@ -24,13 +24,23 @@ std::string_view extract_key(std::string_view authorization, std::string_view x_
 }
 
 KeyTable::KeyTable(const config::GatewayConfig& config) {
-    for (std::size_t t = 0; t < config.tenants.size(); ++t)
+    for (std::size_t t = 0; t < config.tenants.size(); ++t) {
+        tenant_by_id_.emplace(config.tenants[t].id, t);
         for (const auto& digest : config.tenants[t].key_digests) tenant_by_digest_.emplace(digest, t);
+    }
+}
+
+std::optional<std::size_t> KeyTable::tenant(std::string_view id) const {
+    auto it = tenant_by_id_.find(id);
+    return it == tenant_by_id_.end() ? std::nullopt : std::optional(it->second);
 }
 
 std::optional<Principal> KeyTable::authenticate(std::string_view key) const {
     if (key.empty()) return std::nullopt;
-    auto digest = core::sha256(key);
+    return authenticate(core::sha256(key));
+}
+
+std::optional<Principal> KeyTable::authenticate(const core::Sha256Digest& digest) const {
     std::string_view digest_view(reinterpret_cast<const char*>(digest.data()), digest.size());
     auto it = tenant_by_digest_.find(digest_view);
     if (it == tenant_by_digest_.end() || !core::constant_time_equal(it->first, digest_view)) return std::nullopt;

@@ -132,9 +132,7 @@ std::optional<Response> keys_api(Services& services, const Runtime& rt, const ht
         audit({{"action", "key_revoked"}, {"tenant", gone->tenant}, {"key_id", gone->id}, {"name", gone->name}});
         return json_response(http::status::ok, {{"revoked", gone->id}, {"tenant", gone->tenant}});
     }
-    const auto& tenants = rt.config->tenants;
-    if (std::none_of(tenants.begin(), tenants.end(), [&](const auto& t) { return t.id == tenant_id; }))
-        return admin_error(http::status::not_found, "not_found", "No such tenant.");
+    if (!rt.keys.tenant(tenant_id)) return admin_error(http::status::not_found, "not_found", "No such tenant.");
     if (req.method() == http::verb::get) {
         json keys = json::array();
         for (const auto& k : book->list(tenant_id)) keys.push_back(key_json(k));

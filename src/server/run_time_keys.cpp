@@ -134,11 +134,11 @@ std::optional<RunTimeKey> RunTimeKeys::revoke(std::string_view id, std::string& 
     std::lock_guard lock(mutex_);
     auto it = std::find_if(keys_.begin(), keys_.end(), [&](const RunTimeKey& k) { return k.id == id; });
     if (it == keys_.end()) return std::nullopt;
-    RunTimeKey gone = *it;
-    auto before = keys_;
+    auto at = it - keys_.begin();
+    RunTimeKey gone = std::move(*it);
     keys_.erase(it);
-    if (!save(error)) {
-        keys_ = std::move(before);
+    if (!save(error)) {  // not written, so not revoked
+        keys_.insert(keys_.begin() + at, std::move(gone));
         return std::nullopt;
     }
     by_digest_.clear();
@@ -146,9 +146,9 @@ std::optional<RunTimeKey> RunTimeKeys::revoke(std::string_view id, std::string& 
     return gone;
 }
 
-std::optional<std::pair<std::string, std::string>> RunTimeKeys::authenticate(std::string_view key, core::Nanos now) {
-    if (key.empty()) return std::nullopt;
-    auto digest = digest_of(key);
+std::optional<std::pair<std::string, std::string>> RunTimeKeys::authenticate(const core::Sha256Digest& hashed,
+                                                                             core::Nanos now) {
+    std::string digest(reinterpret_cast<const char*>(hashed.data()), hashed.size());
     std::lock_guard lock(mutex_);
     auto it = by_digest_.find(digest);
     if (it == by_digest_.end() || !core::constant_time_equal(it->first, digest)) return std::nullopt;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tokengate/core/clock.hpp"
+#include "tokengate/core/sha256.hpp"
 
 namespace tokengate::server {
 
@@ -45,8 +46,8 @@ public:
     /// Revokes (forgets) the key `id`: the key it was, or nullopt if there was none. Written to
     /// the file before it returns; `error` says why not, and then nothing changed.
     std::optional<RunTimeKey> revoke(std::string_view id, std::string& error);
-    /// The tenant and key id of `key` if it is a live run-time key at `now`.
-    std::optional<std::pair<std::string, std::string>> authenticate(std::string_view key, core::Nanos now);
+    /// The tenant and key id of the key hashed to `digest` if it is a live run-time key at `now`.
+    std::optional<std::pair<std::string, std::string>> authenticate(const core::Sha256Digest& digest, core::Nanos now);
 
 private:
     bool save(std::string& error) const;  // with mutex_ held

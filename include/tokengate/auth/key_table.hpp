@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "tokengate/config/config.hpp"
+#include "tokengate/core/sha256.hpp"
 
 namespace tokengate::auth {
 
@@ -27,6 +28,10 @@ class KeyTable {
 public:
     explicit KeyTable(const config::GatewayConfig& config);
     std::optional<Principal> authenticate(std::string_view key) const;
+    /// The same for a key already hashed (a caller that asks elsewhere next hashes once).
+    std::optional<Principal> authenticate(const core::Sha256Digest& digest) const;
+    /// The index of the tenant with this id (a JWT's or a run-time key's), if the config has it.
+    std::optional<std::size_t> tenant(std::string_view id) const;
 
 private:
     /// A digest is already uniform: its first bytes are its hash. Found by string_view, so a
@@ -40,6 +45,11 @@ private:
         }
     };
     std::unordered_map<std::string, std::size_t, DigestHash, std::equal_to<>> tenant_by_digest_;
+    struct IdHash {
+        using is_transparent = void;
+        std::size_t operator()(std::string_view id) const { return std::hash<std::string_view>{}(id); }
+    };
+    std::unordered_map<std::string, std::size_t, IdHash, std::equal_to<>> tenant_by_id_;
 };
 
 }  // namespace tokengate::auth

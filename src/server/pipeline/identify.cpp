@@ -31,22 +31,19 @@ Result<auth::Principal> identify(const Runtime& runtime, std::string_view key, c
             return refused(http::status::unauthorized, "invalid_request_error", "invalid_token",
                            "Invalid token: " + no->reason + ".");
         auto& who = std::get<auth::JwtIdentity>(verified);
-        const auto& tenants = runtime.config->tenants;
-        for (std::size_t t = 0; t < tenants.size(); ++t) {
-            if (tenants[t].id != who.tenant) continue;
-            // The token's digest names it in the log, as a key's does: never the token.
-            return auth::Principal{t, std::move(who.token_id), std::move(who.subject)};
-        }
+        // The token's digest names it in the log, as a key's does: never the token.
+        if (auto t = runtime.keys.tenant(who.tenant))
+            return auth::Principal{*t, std::move(who.token_id), std::move(who.subject)};
         return refused(http::status::forbidden, "permission_error", "unknown_tenant",
                        "The token's tenant is not known to this gateway.");
     }
-    if (auto who = runtime.keys.authenticate(key)) return std::move(*who);
-    if (runtime.run_time_keys)
-        if (auto made = runtime.run_time_keys->authenticate(key, unix_now)) {
-            const auto& tenants = runtime.config->tenants;
-            for (std::size_t t = 0; t < tenants.size(); ++t)
-                if (tenants[t].id == made->first) return auth::Principal{t, std::move(made->second), {}};
-        }
+    if (!key.empty()) {
+        auto digest = core::sha256(key);  // once, for the config's keys and the run-time ones
+        if (auto who = runtime.keys.authenticate(digest)) return std::move(*who);
+        if (runtime.run_time_keys)
+            if (auto made = runtime.run_time_keys->authenticate(digest, unix_now))
+                if (auto t = runtime.keys.tenant(made->first)) return auth::Principal{*t, std::move(made->second), {}};
+    }
     return refused(http::status::unauthorized, "invalid_request_error", "invalid_api_key",
                    key.empty() ? "You didn't provide an API key. Send it as 'Authorization: Bearer <key>' or "
                                  "'x-api-key: <key>'."
