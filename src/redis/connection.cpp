@@ -3,9 +3,12 @@
 #include <hiredis/hiredis.h>
 #include <spdlog/spdlog.h>
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl/stream.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
 #include <charconv>
@@ -316,6 +319,25 @@ void Connection::schedule_reconnect() {
     retry_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
         if (!ec) self->connect();
     });
+}
+
+net::awaitable<Result> round_trip(Connection& connection, std::span<const std::string> args,
+                                  std::chrono::nanoseconds timeout) {
+    struct Pending {
+        explicit Pending(const net::any_io_executor& ex) : timer(ex) {}
+        std::optional<Result> result;
+        net::steady_timer timer;
+    };
+    auto pending = std::make_shared<Pending>(co_await net::this_coro::executor);
+    pending->timer.expires_after(timeout);
+    connection.send(args, [pending](Result r) {
+        if (pending->result) return;  // too late: the caller has moved on
+        pending->result = std::move(r);
+        pending->timer.cancel();
+    });
+    if (!pending->result) co_await pending->timer.async_wait(net::as_tuple(net::use_awaitable));
+    if (!pending->result) pending->result = Result{CallError::timeout, {}};
+    co_return std::move(*pending->result);
 }
 
 }  // namespace tokengate::redis

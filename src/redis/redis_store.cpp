@@ -105,17 +105,22 @@ RedisStore::RedisStore(StoreOptions options, const core::Clock& clock, StoreEven
       id_(++g_store_ids),
       events_(std::move(events)) {}
 
+std::vector<std::vector<std::string>> login_commands(const StoreOptions& options, const Endpoint& endpoint) {
+    std::vector<std::vector<std::string>> commands;
+    if (!options.password.empty()) {
+        if (options.username.empty()) commands.push_back({"AUTH", options.password});
+        else commands.push_back({"AUTH", options.username, options.password});
+    }
+    if (endpoint.db != 0) commands.push_back({"SELECT", std::to_string(endpoint.db)});
+    return commands;
+}
+
 RedisStore::~RedisStore() { stop(); }
 
 void RedisStore::attach(net::any_io_executor ex, unsigned connections) {
     auto client = std::make_unique<Client>();
     client->ex = ex;
-    std::vector<std::vector<std::string>> handshake;
-    if (!options_.password.empty()) {
-        if (options_.username.empty()) handshake.push_back({"AUTH", options_.password});
-        else handshake.push_back({"AUTH", options_.username, options_.password});
-    }
-    if (endpoint_.db != 0) handshake.push_back({"SELECT", std::to_string(endpoint_.db)});
+    auto handshake = login_commands(options_, endpoint_);
     handshake.push_back({"SCRIPT", "LOAD", std::string(limiter_script())});
     auto* raw = client.get();
     for (unsigned i = 0; i < std::max(1u, connections); ++i) {
@@ -206,36 +211,20 @@ std::string RedisStore::next_lease() {
 }
 
 net::awaitable<Result> RedisStore::call(Client& c, std::vector<std::string> args) {
-    struct Pending {
-        explicit Pending(const net::any_io_executor& ex) : timer(ex) {}
-        std::optional<Result> result;
-        net::steady_timer timer;
-    };
     if (c.sha.empty()) as_eval(args);
     else args[1] = c.sha;
     for (int attempt = 0; attempt < 2; ++attempt) {
         auto* conn = pick(c);
         if (!conn) co_return Result{CallError::unavailable, {}};
-        auto pending = std::make_shared<Pending>(c.ex);
-        // A round trip's timeout is real time, as any socket's (an attempt after NOSCRIPT gets its own).
-        pending->timer.expires_after(std::chrono::nanoseconds(options_.config.timeout));
-        conn->send(args, [pending](Result r) {
-            if (pending->result) return;  // too late: the caller has moved on
-            pending->result = std::move(r);
-            pending->timer.cancel();
-        });
-        if (!pending->result) co_await pending->timer.async_wait(k_use);
-        if (!pending->result) {
-            pending->result = Result{CallError::timeout, {}};
-            co_return Result{CallError::timeout, {}};
-        }
-        if (is_noscript(*pending->result) && args[0] == "EVALSHA") {
+        // An attempt after NOSCRIPT gets its own timeout.
+        auto result = co_await round_trip(*conn, args, std::chrono::nanoseconds(options_.config.timeout));
+        if (is_noscript(result) && args[0] == "EVALSHA") {
             // SCRIPT FLUSH or a restarted Redis: send the text once, which loads it again.
             count_call("noscript");
             as_eval(args);
             continue;
         }
-        co_return std::move(*pending->result);
+        co_return result;
     }
     co_return Result{CallError::unavailable, {}};
 }

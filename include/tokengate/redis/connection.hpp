@@ -1,13 +1,16 @@
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -126,5 +129,10 @@ private:
     bool stopped_ = false;
     std::string last_error_;
 };
+
+/// Sends one command on `connection` (from its event loop) and waits for its reply, or for
+/// `timeout` (real time, as any socket's): CallError::timeout, the reply left to nobody.
+boost::asio::awaitable<Result> round_trip(Connection& connection, std::span<const std::string> args,
+                                          std::chrono::nanoseconds timeout);
 
 }  // namespace tokengate::redis

@@ -49,6 +49,8 @@ struct StoreEvents {
 
 /// Options from the config plus TOKENGATE_REDIS_USERNAME / TOKENGATE_REDIS_PASSWORD.
 StoreOptions options_from_env(const config::RedisConfig& config);
+/// What a connection sends first: AUTH with the options' credentials, SELECT the URL's db.
+std::vector<std::vector<std::string>> login_commands(const StoreOptions& options, const Endpoint& endpoint);
 
 /// SPEC §8: every limit of a request decided in one EVALSHA, atomically, on Redis time, so any
 /// number of gateways share one quota. Each worker thread has its own pipelined connections on
