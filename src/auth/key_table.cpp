@@ -24,15 +24,15 @@ std::string_view extract_key(std::string_view authorization, std::string_view x_
 }
 
 KeyTable::KeyTable(const config::GatewayConfig& config) {
-    for (std::size_t t = 0; t < config.tenants.size(); ++t) {
-        tenant_by_id_.emplace(config.tenants[t].id, t);
-        for (const auto& digest : config.tenants[t].key_digests) tenant_by_digest_.emplace(digest, t);
+    for (const auto& t : config.tenants) {
+        tenant_by_id_.emplace(t.id, &t);
+        for (const auto& digest : t.key_digests) tenant_by_digest_.emplace(digest, &t);
     }
 }
 
-std::optional<std::size_t> KeyTable::tenant(std::string_view id) const {
+const config::TenantConfig* KeyTable::tenant(std::string_view id) const {
     auto it = tenant_by_id_.find(id);
-    return it == tenant_by_id_.end() ? std::nullopt : std::optional(it->second);
+    return it == tenant_by_id_.end() ? nullptr : it->second;
 }
 
 std::optional<Principal> KeyTable::authenticate(std::string_view key) const {

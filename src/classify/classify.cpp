@@ -81,7 +81,7 @@ std::optional<std::size_t> match_route(const config::GatewayConfig& config, std:
 
 std::vector<config::Charge> applicable_limits(const config::GatewayConfig& config, const RequestFacts& facts) {
     std::vector<config::Charge> out;
-    const auto& tenant = config.tenants[facts.tenant];
+    const auto& tenant = *facts.tenant;
     out.reserve(tenant.limits.size() + config.ip_limits.size() + config.routes[facts.route].limits.size() +
                 config.global_limits.size());
     RequestFacts with_tenant = facts;

@@ -194,6 +194,11 @@ struct Loader {
         if (root["global_limits"]) not_per_subject(root["global_limits"], config.global_limits);
         if (root["overload"]) overload(root["overload"]);
         if (root["auth"]) auth(root["auth"]);
+        // SPEC §21: with the Redis store, what the admin API makes is kept in Redis, for every replica.
+        if (root["auth"] && root["auth"]["keys_file"] && config.store.backend == StoreBackend::redis)
+            r.fail(root["auth"]["keys_file"],
+                   "auth.keys_file is for the memory store: with store.backend redis, keys and tenants made at run "
+                   "time are kept in Redis");
         rank_shaping_queues();
     }
 

@@ -18,7 +18,7 @@
 #include "pipeline/admit.hpp"
 #include "pipeline/exchange.hpp"
 #include "pipeline/limit.hpp"
-#include "run_time_keys.hpp"
+#include "run_time_book.hpp"
 #include "services.hpp"
 #include "tokengate/auth/key_table.hpp"
 #include "tokengate/classify/classify.hpp"
@@ -109,59 +109,59 @@ json key_json(const RunTimeKey& k) {
 /// One line a change, who made it aside: the admin token is one.
 void audit(const json& change) { spdlog::info("audit: {}", change.dump()); }
 
-/// SPEC §21's key API: POST/GET /admin/tenants/{id}/keys, DELETE /admin/keys/{key_id}.
-std::optional<Response> keys_api(Services& services, const Runtime& rt, const http::request<http::string_body>& req,
-                                 std::string_view path) {
-    constexpr std::string_view k_tenants = "/admin/tenants/", k_keys = "/admin/keys/";
-    bool del = req.method() == http::verb::delete_;
-    std::string_view tenant_id;
-    if (path.substr(0, k_tenants.size()) == k_tenants && path.ends_with("/keys") && !del)
-        tenant_id = path.substr(k_tenants.size(), path.size() - k_tenants.size() - 5);
-    else if (!(del && path.substr(0, k_keys.size()) == k_keys)) return std::nullopt;
-    auto* book = rt.run_time_keys.get();
-    if (!book)
-        return admin_error(http::status::conflict, "keys_file_not_set",
-                           "Keys made at run time need auth.keys_file in the config.");
-    auto now = services.clock.unix_now();
-    if (del) {
-        auto id = path.substr(k_keys.size());
-        std::string error;
-        auto gone = book->revoke(id, error);
-        if (!error.empty()) return admin_error(http::status::internal_server_error, "keys_file_unwritable", error);
-        if (!gone) return admin_error(http::status::not_found, "not_found", "No such run-time key.");
-        audit({{"action", "key_revoked"}, {"tenant", gone->tenant}, {"key_id", gone->id}, {"name", gone->name}});
-        return json_response(http::status::ok, {{"revoked", gone->id}, {"tenant", gone->tenant}});
-    }
-    if (!rt.keys.tenant(tenant_id)) return admin_error(http::status::not_found, "not_found", "No such tenant.");
-    if (req.method() == http::verb::get) {
-        json keys = json::array();
-        for (const auto& k : book->list(tenant_id)) keys.push_back(key_json(k));
-        return json_response(http::status::ok, {{"tenant", tenant_id}, {"keys", keys}});
-    }
-    if (req.method() != http::verb::post) return std::nullopt;
-    json in = json::parse(req.body(), nullptr, false);
+/// A refused change: the keeper's failure is the gateway's (Redis away: retry; the keys file
+/// unwritable: the operator's), anything else the caller's.
+Response refused_change(const RunTimeBook& book, const RunTimeBook::Refusal& no, std::string_view code) {
+    if (!no.unkept) return admin_error(http::status::conflict, std::string(code), no.why);
+    if (book.where() == "Redis") return admin_error(http::status::service_unavailable, "redis_unavailable", no.why);
+    return admin_error(http::status::internal_server_error, "keys_file_unwritable", no.why);
+}
+
+/// A run-time tenant's id: it goes into URLs, bucket keys and metric labels.
+bool valid_tenant_id(std::string_view id) {
+    if (id.empty() || id.size() > RunTimeBook::k_max_tenant_id_bytes) return false;
+    return std::all_of(id.begin(), id.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' || c == '@' || c == ':';
+    });
+}
+
+/// A JSON object body with no field but `allowed`; or the 400 to answer.
+std::variant<json, Response> object_body(std::string_view body, std::initializer_list<std::string_view> allowed) {
+    json in = json::parse(body, nullptr, false);
     if (!in.is_object())
         return admin_error(http::status::bad_request, "invalid_body", "The body must be a JSON object.");
     for (const auto& [field, value] : in.items())
-        if (field != "name" && field != "expires")
+        if (std::find(allowed.begin(), allowed.end(), field) == allowed.end())
             return admin_error(http::status::bad_request, "invalid_body",
                                "Unknown field '" + field.substr(0, 64) + "'.");
+    return in;
+}
+
+/// POST /admin/tenants/{id}/keys: a key for the tenant, shown this once.
+net::awaitable<Response> make_key(Services& services, RunTimeBook& book, std::string_view tenant_id,
+                                  std::string_view body) {
+    auto parsed = object_body(body, {"name", "expires"});
+    if (auto* bad = std::get_if<Response>(&parsed)) co_return std::move(*bad);
+    auto& in = std::get<json>(parsed);
+    auto now = services.clock.unix_now();
     if (!in.contains("name") || !in["name"].is_string() || in["name"].get_ref<const std::string&>().empty() ||
-        in["name"].get_ref<const std::string&>().size() > RunTimeKeys::k_max_name_bytes)
-        return admin_error(
+        in["name"].get_ref<const std::string&>().size() > RunTimeBook::k_max_name_bytes)
+        co_return admin_error(
             http::status::bad_request, "invalid_body",
-            "'name' must be a string of 1 to " + std::to_string(RunTimeKeys::k_max_name_bytes) + " bytes.");
+            "'name' must be a string of 1 to " + std::to_string(RunTimeBook::k_max_name_bytes) + " bytes.");
     std::optional<core::Nanos> expires;
     if (in.contains("expires") && !in["expires"].is_null()) {
         if (in["expires"].is_string()) expires = core::parse_rfc3339(in["expires"].get_ref<const std::string&>());
         if (!expires)
-            return admin_error(http::status::bad_request, "invalid_body",
-                               "'expires' must be an RFC 3339 time such as 2027-01-31T00:00:00Z.");
-        if (*expires <= now) return admin_error(http::status::bad_request, "invalid_body", "'expires' is past.");
+            co_return admin_error(http::status::bad_request, "invalid_body",
+                                  "'expires' must be an RFC 3339 time such as 2027-01-31T00:00:00Z.");
+        if (*expires <= now) co_return admin_error(http::status::bad_request, "invalid_body", "'expires' is past.");
     }
-    auto made = book->make(tenant_id, in["name"].get_ref<const std::string&>(), expires, now);
-    if (auto* why = std::get_if<std::string>(&made)) return admin_error(http::status::conflict, "key_not_made", *why);
-    auto& m = std::get<RunTimeKeys::Made>(made);
+    // Arguments named first: GCC 12 mishandled temporaries in co_await's operand.
+    std::string tenant(tenant_id), name = in["name"].get<std::string>();
+    auto made = co_await book.make_key(std::move(tenant), std::move(name), expires, now);
+    if (auto* no = std::get_if<RunTimeBook::Refusal>(&made)) co_return refused_change(book, *no, "key_not_made");
+    auto& m = std::get<RunTimeBook::Made>(made);
     audit({{"action", "key_made"},
            {"tenant", m.key.tenant},
            {"key_id", m.key.id},
@@ -170,7 +170,101 @@ std::optional<Response> keys_api(Services& services, const Runtime& rt, const ht
     auto out = key_json(m.key);
     out["tenant"] = m.key.tenant;
     out["key"] = m.secret;  // the only time it is shown
-    return json_response(http::status::created, out);
+    co_return json_response(http::status::created, out);
+}
+
+/// POST /admin/tenants: a tenant on a configured tier, kept with the keys.
+net::awaitable<Response> make_tenant(Services& services, const Runtime& rt, RunTimeBook& book, std::string_view body) {
+    auto parsed = object_body(body, {"id", "tier"});
+    if (auto* bad = std::get_if<Response>(&parsed)) co_return std::move(*bad);
+    auto& in = std::get<json>(parsed);
+    if (!in.contains("id") || !in["id"].is_string() || !valid_tenant_id(in["id"].get_ref<const std::string&>()))
+        co_return admin_error(http::status::bad_request, "invalid_body",
+                              "'id' must be a string of 1 to " + std::to_string(RunTimeBook::k_max_tenant_id_bytes) +
+                                  " letters, digits and - _ . @ :");
+    if (!in.contains("tier") || !in["tier"].is_string())
+        co_return admin_error(http::status::bad_request, "invalid_body", "'tier' must be the name of a tier.");
+    auto id = in["id"].get<std::string>(), tier = in["tier"].get<std::string>();
+    const auto& tiers = rt.config->tiers;
+    if (std::none_of(tiers.begin(), tiers.end(), [&](const config::TierConfig& t) { return t.name == tier; }))
+        co_return admin_error(http::status::bad_request, "unknown_tier",
+                              "The config has no tier '" + tier.substr(0, 128) + "'.");
+    if (rt.keys.tenant(id))
+        co_return admin_error(http::status::conflict, "tenant_exists", "Tenant '" + id + "' is in the config.");
+    auto now = services.clock.unix_now();
+    auto made = co_await book.make_tenant(id, tier, now);
+    if (auto* no = std::get_if<RunTimeBook::Refusal>(&made)) co_return refused_change(book, *no, "tenant_exists");
+    auto& t = std::get<RunTimeTenant>(made);
+    audit({{"action", "tenant_made"}, {"tenant", t.id}, {"tier", t.tier}});
+    co_return json_response(http::status::created,
+                            {{"id", t.id}, {"tier", t.tier}, {"created", core::rfc3339(t.created)}});
+}
+
+/// DELETE /admin/tenants/{id}: a tenant made at run time, and every key of it.
+net::awaitable<Response> remove_tenant(const Runtime& rt, RunTimeBook& book, std::string_view id) {
+    if (rt.keys.tenant(id))
+        co_return admin_error(http::status::conflict, "configured_tenant",
+                              "Tenant '" + std::string(id) + "' is in the config: remove it there.");
+    std::string named(id);
+    auto removed = co_await book.remove_tenant(std::move(named));
+    if (auto* no = std::get_if<RunTimeBook::Refusal>(&removed))
+        co_return refused_change(book, *no, "tenant_not_removed");
+    auto& gone = std::get<0>(removed);
+    if (!gone) co_return admin_error(http::status::not_found, "not_found", "No such run-time tenant.");
+    for (const auto& k : gone->second)
+        audit({{"action", "key_revoked"}, {"tenant", k.tenant}, {"key_id", k.id}, {"name", k.name}});
+    audit({{"action", "tenant_removed"}, {"tenant", gone->first.id}, {"tier", gone->first.tier}});
+    co_return json_response(http::status::ok, {{"removed", gone->first.id}, {"keys_revoked", gone->second.size()}});
+}
+
+/// SPEC §21's API for what is made at run time: POST/GET /admin/tenants/{id}/keys, DELETE
+/// /admin/keys/{key_id}, POST and GET /admin/tenants, DELETE /admin/tenants/{id}.
+net::awaitable<std::optional<Response>> run_time_api(Services& services, const Runtime& rt,
+                                                     const http::request<http::string_body>& req,
+                                                     std::string_view path) {
+    constexpr std::string_view k_tenants = "/admin/tenants", k_keys = "/admin/keys/";
+    auto method = req.method();
+    bool del = method == http::verb::delete_, post = method == http::verb::post, get = method == http::verb::get;
+    bool tenants = path == k_tenants && (post || get);
+    bool keys_of_tenant = path.starts_with(k_tenants) && path.size() > k_tenants.size() + 1 &&
+                          path[k_tenants.size()] == '/' && path.ends_with("/keys") && (post || get);
+    bool revoke = del && path.starts_with(k_keys);
+    std::string_view tenant_id;
+    if (keys_of_tenant) tenant_id = path.substr(k_tenants.size() + 1, path.size() - k_tenants.size() - 1 - 5);
+    else if (del && path.starts_with(k_tenants) && path.size() > k_tenants.size() + 1 && path[k_tenants.size()] == '/')
+        tenant_id = path.substr(k_tenants.size() + 1);
+    if (!tenants && !keys_of_tenant && !revoke && tenant_id.empty()) co_return std::nullopt;
+    auto* book = rt.book.get();
+    if (tenants && get) {
+        json list = json::array();
+        for (const auto& t : rt.config->tenants) list.push_back({{"id", t.id}, {"tier", t.tier}, {"made", "config"}});
+        if (book)
+            for (const auto& t : book->tenants())
+                list.push_back(
+                    {{"id", t.id}, {"tier", t.tier}, {"made", "run_time"}, {"created", core::rfc3339(t.created)}});
+        co_return json_response(http::status::ok, {{"tenants", list}});
+    }
+    if (!book)
+        co_return admin_error(http::status::conflict, "keys_file_not_set",
+                              "Keys and tenants made at run time need auth.keys_file in the config (or the Redis "
+                              "store).");
+    if (revoke) {
+        auto id = std::string(path.substr(k_keys.size()));
+        auto revoked = co_await book->revoke_key(id);
+        if (auto* no = std::get_if<RunTimeBook::Refusal>(&revoked))
+            co_return refused_change(*book, *no, "key_not_revoked");
+        auto& gone = std::get<0>(revoked);
+        if (!gone) co_return admin_error(http::status::not_found, "not_found", "No such run-time key.");
+        audit({{"action", "key_revoked"}, {"tenant", gone->tenant}, {"key_id", gone->id}, {"name", gone->name}});
+        co_return json_response(http::status::ok, {{"revoked", gone->id}, {"tenant", gone->tenant}});
+    }
+    if (tenants) co_return co_await make_tenant(services, rt, *book, req.body());
+    if (!keys_of_tenant) co_return co_await remove_tenant(rt, *book, tenant_id);
+    if (!rt.tenant(tenant_id)) co_return admin_error(http::status::not_found, "not_found", "No such tenant.");
+    if (post) co_return co_await make_key(services, *book, tenant_id, req.body());
+    json keys = json::array();
+    for (const auto& k : book->keys_of(tenant_id)) keys.push_back(key_json(k));
+    co_return json_response(http::status::ok, {{"tenant", tenant_id}, {"keys", keys}});
 }
 
 /// POST /admin/explain's input, admitted (nothing charged), or the error to answer.
@@ -218,7 +312,7 @@ Response explain(Services& services, const Runtime& rt, const pipeline::Admitted
     json headers = json::object();
     for (const auto& h : limiter::rate_limit_headers(decision, services.clock.unix_now())) headers[h.name] = h.value;
     const auto& cfg = *rt.config;
-    json out = {{"tenant", cfg.tenants[a.principal.tenant].id},
+    json out = {{"tenant", a.principal.tenant->id},
                 {"subject", a.principal.subject.empty() ? json(nullptr) : json(a.principal.subject)},
                 {"route", cfg.routes[a.route].path},
                 {"model", a.summary.model},
@@ -305,7 +399,7 @@ net::awaitable<Response> handle(Services& services, const http::request<http::st
         if (target.size() > path.size()) query = target.substr(path.size() + 1);
         co_return co_await status(services, *rt, query);
     }
-    if (auto answered = keys_api(services, *rt, req, path)) co_return std::move(*answered);
+    if (auto answered = co_await run_time_api(services, *rt, req, path)) co_return std::move(*answered);
     constexpr std::string_view k_tenants = "/admin/tenants/";
     constexpr std::string_view k_quotas = "/quotas/";
     bool post = req.method() == http::verb::post;
@@ -314,9 +408,8 @@ net::awaitable<Response> handle(Services& services, const http::request<http::st
         auto rest = path.substr(k_tenants.size());
         auto quotas_at = rest.find(k_quotas);
         auto id = rest.substr(0, quotas_at);
-        const auto& tenants = rt->config->tenants;
-        auto tenant = std::find_if(tenants.begin(), tenants.end(), [&](const auto& t) { return t.id == id; });
-        if (tenant == tenants.end()) co_return admin_error(http::status::not_found, "not_found", "No such tenant.");
+        const auto* tenant = rt->tenant(id);  // the config's, or one made at run time
+        if (!tenant) co_return admin_error(http::status::not_found, "not_found", "No such tenant.");
         if (get && quotas_at == std::string_view::npos) {
             auto charges = classify::tenant_charges(*tenant);
             co_return tenant_state(*tenant, co_await pipeline::preview(*services.store, charges), *rt->config);

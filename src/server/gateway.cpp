@@ -12,6 +12,7 @@
 
 #include "jwks_watch.hpp"
 #include "load_scraper.hpp"
+#include "run_time_book.hpp"
 #include "services.hpp"
 #include "state_keeper.hpp"
 #include "tokengate/config/loader.hpp"
@@ -70,6 +71,8 @@ public:
         note_certificate(*services_.runtime.get());
         // Last: nothing that can still fail may follow connections bound to the loops.
         services_.store = make_store(*config, clock, services_.registry, workers_);
+        if (auto book = make_shared_book(*config, *workers_.front()))
+            services_.runtime.set(std::make_shared<const Runtime>(config, services_.runtime.get().get(), book));
         if (config->store.backend == config::StoreBackend::memory && !config->store.state_file.path.empty())
             state_.emplace(config->store.state_file.path, config->store.snapshot_interval, *services_.store, clock,
                            services_.registry, ignore_state);
@@ -94,6 +97,7 @@ public:
         if (state_) state_->stop();                      // and the last snapshot, with every settlement in it
         for (auto& w : workers_) w->flush_access_log();  // the loops are done: no line stays behind
         services_.store->stop();
+        if (const auto& book = services_.runtime.get()->book) book->stop();
     }
 
     void drain() override {

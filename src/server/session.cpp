@@ -268,7 +268,7 @@ private:
             services_.clock.unix_now(),
             cfg.auth.subject.header.empty() ? std::string_view() : std::string_view(req[cfg.auth.subject.header])};
         auto admission = co_await admit(*rt, incoming, who);
-        if (who) rec.tenant = cfg.tenants[who->tenant].id, rec.key_id = who->key_id, rec.subject = who->subject;
+        if (who) rec.tenant = who->tenant->id, rec.key_id = who->key_id, rec.subject = who->subject;
         if (auto* no = std::get_if<pipeline::Rejection>(&admission)) co_return co_await refuse(*no, rec, reply);
         auto& admitted = std::get<pipeline::Admitted>(admission);
         pipeline::record_admission(*rt, admitted, rec);

@@ -350,11 +350,12 @@ private:
     /// (a proposed config may have rotated the keys).
     std::optional<auth::Principal> logged_principal(const TraceEntry& e) {
         if (tenant_by_key_id_.empty() && tenant_by_name_.empty()) {
-            const auto& tenants = result_.config->tenants;
-            for (std::size_t t = 0; t < tenants.size(); ++t) {
-                tenant_by_name_.emplace(tenants[t].id, t);
-                for (const auto& digest : tenants[t].key_digests)
-                    tenant_by_key_id_.emplace(core::to_hex(reinterpret_cast<const std::uint8_t*>(digest.data()), 6), t);
+            const auto& tenants = runtime_.config->tenants;  // the copy the stages decide with
+            for (const auto& t : tenants) {
+                tenant_by_name_.emplace(t.id, &t);
+                for (const auto& digest : t.key_digests)
+                    tenant_by_key_id_.emplace(core::to_hex(reinterpret_cast<const std::uint8_t*>(digest.data()), 6),
+                                              &t);
             }
         }
         if (auto it = tenant_by_key_id_.find(e.key_id); !e.key_id.empty() && it != tenant_by_key_id_.end())
@@ -411,7 +412,7 @@ private:
         std::optional<auth::Principal> who = e.key.empty() ? logged_principal(e) : authenticate(e.key);
         if (e.refused_at_admission && e.refused_at_admission != 401 && who) {
             d.status = e.refused_at_admission;
-            d.tenant = result_.config->tenants[who->tenant].id;
+            d.tenant = *result_.tenants.insert(who->tenant->id).first;
             ++result_.invalid;
             result_.decisions.push_back(d);
             return;
@@ -422,7 +423,7 @@ private:
             result_.decisions.push_back(d);
             return;
         }
-        d.tenant = result_.config->tenants[who->tenant].id;
+        d.tenant = *result_.tenants.insert(who->tenant->id).first;
         auto admitted = admission(e, *who);
         if (auto* no = std::get_if<pipeline::Rejection>(&admitted)) {
             d.status = static_cast<int>(no->status);
@@ -454,7 +455,7 @@ private:
     pipeline::StageServices stages_{store_, clock_, metrics_, history_, answers_in_flight_, subjects_};
     bool load_set_ = false;
     std::unordered_map<std::string, std::optional<auth::Principal>> principals_;
-    std::unordered_map<std::string, std::size_t> tenant_by_key_id_, tenant_by_name_;
+    std::unordered_map<std::string, const config::TenantConfig*> tenant_by_key_id_, tenant_by_name_;
     std::map<std::string, Tally> tally_;
     std::unordered_map<const config::LimitSpec*, Tally*> by_spec_;
     std::vector<std::string> order_;

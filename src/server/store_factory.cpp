@@ -1,5 +1,9 @@
 // The one place that knows which stores exist; everything else sees store::Store.
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+
+#include "book_redis.hpp"
 #include "services.hpp"
 #include "tokengate/redis/redis_store.hpp"
 #include "tokengate/store/local_store.hpp"
@@ -51,6 +55,20 @@ std::unique_ptr<store::Store> make_store(const config::GatewayConfig& config, co
     for (const auto& w : workers) redis->attach(w->ioc.get_executor(), per_worker);
     redis->start_heartbeat(workers.front()->ioc.get_executor());
     return redis;
+}
+
+std::shared_ptr<RunTimeBook> make_shared_book(const config::GatewayConfig& config, Worker& first) {
+    if (config.store.backend != config::StoreBackend::redis) return nullptr;
+    const auto& rc = config.store.redis;
+    auto options = redis::options_from_env(rc);
+    if (rc.tls_enabled) options.tls = std::make_shared<tls::ClientContext>(rc.tls, config.source_path);
+    auto keeper = std::make_unique<RedisKeeper>(first.ioc.get_executor(), options);
+    auto& watcher = *keeper;
+    auto book = std::make_shared<RunTimeBook>(std::move(keeper), "Redis");
+    // Every replica sees another's change within a poll (SPEC §21: within 1 s).
+    constexpr core::Nanos k_poll = 250'000'000, k_share_usage = 5 * core::k_nanos_per_second;
+    net::co_spawn(first.ioc, watcher.watch(book, k_poll, k_share_usage), net::detached);
+    return book;
 }
 
 bool store_changed(const config::StoreConfig& was, const config::StoreConfig& now) {

@@ -138,6 +138,36 @@ TEST(Jwt, TheTokensSubIsTheEndUserBeforeAnyHeader) {
     EXPECT_EQ(subjects["mallory"], 1);
 }
 
+TEST(Jwt, AnUnknownTenantGetsTheTierItsTokenClaims) {
+    TempDir dir;
+    MAKE_TOKENS(tokens, dir.path());
+    auto cfg = config(dir.path() + "/jwks.json");
+    cfg.replace(cfg.find("tiers:"), cfg.find("tenants:") - cfg.find("tiers:"),
+                "tiers:\n  pro: { limits: [ { name: rpm, algorithm: token_bucket, capacity: 2, rate: 1/h, "
+                "unit: requests } ] }\n");
+    GatewayUnderTest gw(cfg);
+    // initech is in no config: its token's plan (pro) gives it pro's limits, under its own id.
+    std::string token = tokens["claimed_tier"];
+    EXPECT_EQ(chat(gw, token).status, 200);
+    EXPECT_EQ(chat(gw, token).status, 200);
+    auto third = chat(gw, token);
+    EXPECT_EQ(third.status, 429) << "pro's capacity of 2, charged to initech: " << third.body;
+    EXPECT_EQ(chat(gw, "acme-key").status, 200) << "acme's own bucket, on the same tier";
+    auto lines = gw.access_lines("/v1/chat/completions", 4);
+    ASSERT_EQ(lines.size(), 4u);
+    int initech = 0;  // in the order the workers wrote them
+    for (const auto& line : lines) initech += json::parse(line)["tenant"] == "initech";
+    EXPECT_EQ(initech, 3);
+    auto explained = gw.admin({"POST",
+                               "/admin/explain",
+                               {},
+                               json{{"key", token}, {"body", json::parse(chat_body("m", "hi", 8, false))}}.dump()});
+    ASSERT_EQ(explained.status, 200) << explained.body;
+    auto e = json::parse(explained.body);
+    EXPECT_EQ(e["tenant"], "initech");
+    EXPECT_EQ(e["limits"][0]["name"], "rpm");
+}
+
 TEST(Jwt, EveryBadTokenIsRefusedWithItsReasonAndNeverLogged) {
     TempDir dir;
     MAKE_TOKENS(tokens, dir.path());
@@ -163,10 +193,14 @@ TEST(Jwt, EveryBadTokenIsRefusedWithItsReasonAndNeverLogged) {
     auto ghost = chat(gw, tokens["unknown_tenant"]);
     EXPECT_EQ(ghost.status, 403) << ghost.body;
     EXPECT_EQ(json::parse(ghost.body)["error"]["code"], "unknown_tenant");
+    EXPECT_NE(message(ghost).find("tier claim names no tier"), std::string::npos) << ghost.body;
+    auto tierless = chat(gw, tokens["no_tier"]);
+    EXPECT_EQ(tierless.status, 403) << tierless.body;
+    EXPECT_EQ(message(tierless), "The token's tenant is not known to this gateway.");
     // The log says why, and no token (nor any part of one) is anywhere in it.
     ASSERT_TRUE(gw.log_contains("Invalid token: malformed claims.")) << gw.log();
-    auto lines = gw.access_lines("/v1/chat/completions", cases.size() + 1);
-    EXPECT_EQ(lines.size(), cases.size() + 1);
+    auto lines = gw.access_lines("/v1/chat/completions", cases.size() + 2);
+    EXPECT_EQ(lines.size(), cases.size() + 2);
     auto log = gw.log();
     for (const auto& [name, token] : tokens.items()) {
         std::string t = token;

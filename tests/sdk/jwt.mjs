@@ -43,7 +43,10 @@ tokens.audience_list = await sign(rs, 'RS256', 'k-RS256', { ...base, aud: ['othe
 tokens.no_exp = await sign(rs, 'RS256', 'k-RS256', { ...base });
 tokens.bad_signature = await sign(stranger.privateKey, 'RS256', 'k-RS256', { ...base, exp: now + 3600 });
 tokens.unknown_kid = await sign(rotated.privateKey, 'ES256', 'k-rotated', { ...base, exp: now + 3600 });
-tokens.unknown_tenant = await sign(rs, 'RS256', 'k-RS256', { ...base, org: 'ghost', exp: now + 3600 });
+// Not in the config, and a tier claim naming no tier; then none at all; then a tier the config has.
+tokens.unknown_tenant = await sign(rs, 'RS256', 'k-RS256', { ...base, org: 'ghost', plan: 'platinum', exp: now + 3600 });
+tokens.no_tier = await sign(rs, 'RS256', 'k-RS256', { org: 'ghost', sub: 'user-1', iss: issuer, aud: audience, exp: now + 3600 });
+tokens.claimed_tier = await sign(rs, 'RS256', 'k-RS256', { ...base, org: 'initech', exp: now + 3600 });
 tokens.no_subject = await sign(rs, 'RS256', 'k-RS256', { org: 'acme', iss: issuer, aud: audience, exp: now + 3600 });
 // The classic confusion: HS256 keyed with the RSA public key, as a verifier that lets the
 // token choose its algorithm would check it.

@@ -14,9 +14,11 @@
 namespace tokengate::auth {
 
 struct Principal {
-    std::size_t tenant = 0;  // index into GatewayConfig::tenants
-    std::string key_id;      // first 12 hex digits of the key's SHA-256: safe to log
-    std::string subject;     // the end user (SPEC §21): a JWT's `sub`; empty: none named
+    /// The config's tenant, or one made at run time (SPEC §21); either lives as long as the
+    /// Runtime the request holds.
+    const config::TenantConfig* tenant = nullptr;
+    std::string key_id;   // first 12 hex digits of the key's SHA-256: safe to log
+    std::string subject;  // the end user (SPEC §21): a JWT's `sub`; empty: none named
 };
 
 /// The API key from `Authorization: Bearer <key>`, else from `x-api-key`; empty if neither.
@@ -30,8 +32,8 @@ public:
     std::optional<Principal> authenticate(std::string_view key) const;
     /// The same for a key already hashed (a caller that asks elsewhere next hashes once).
     std::optional<Principal> authenticate(const core::Sha256Digest& digest) const;
-    /// The index of the tenant with this id (a JWT's or a run-time key's), if the config has it.
-    std::optional<std::size_t> tenant(std::string_view id) const;
+    /// The config's tenant with this id (a JWT's or a run-time key's), or nullptr.
+    const config::TenantConfig* tenant(std::string_view id) const;
 
 private:
     /// A digest is already uniform: its first bytes are its hash. Found by string_view, so a
@@ -44,12 +46,12 @@ private:
             return h;
         }
     };
-    std::unordered_map<std::string, std::size_t, DigestHash, std::equal_to<>> tenant_by_digest_;
+    std::unordered_map<std::string, const config::TenantConfig*, DigestHash, std::equal_to<>> tenant_by_digest_;
     struct IdHash {
         using is_transparent = void;
         std::size_t operator()(std::string_view id) const { return std::hash<std::string_view>{}(id); }
     };
-    std::unordered_map<std::string, std::size_t, IdHash, std::equal_to<>> tenant_by_id_;
+    std::unordered_map<std::string, const config::TenantConfig*, IdHash, std::equal_to<>> tenant_by_id_;
 };
 
 }  // namespace tokengate::auth

@@ -15,7 +15,7 @@ std::optional<std::size_t> match_route(const config::GatewayConfig& config, std:
                                        std::string_view model);
 
 struct RequestFacts {
-    std::size_t tenant = 0;
+    const config::TenantConfig* tenant = nullptr;  // never null for applicable_limits
     std::string_view client_ip;
     std::size_t route = 0;
     std::string_view model;

@@ -6,6 +6,7 @@
 
 #include "tokengate/auth/jwt.hpp"
 #include "tokengate/auth/key_table.hpp"
+#include "tokengate/auth/made_tenants.hpp"
 #include "tokengate/config/config.hpp"
 #include "tokengate/cost/tokenizer.hpp"
 #include "tokengate/proxy/balance.hpp"
@@ -20,20 +21,29 @@ class ClientContext;
 
 namespace tokengate::server {
 
-class RunTimeKeys;
+class RunTimeBook;
 
 /// Everything derived from one config, swapped whole on reload. A request takes one
 /// snapshot and uses it to the end, so a reload never changes a request mid-way.
 struct Runtime {
-    explicit Runtime(std::shared_ptr<const config::GatewayConfig> config, const Runtime* previous = nullptr);
+    /// `book`: what the admin API makes, where the gateway keeps it (Redis); none: the
+    /// previous Runtime's, else auth.keys_file's.
+    explicit Runtime(std::shared_ptr<const config::GatewayConfig> config, const Runtime* previous = nullptr,
+                     std::shared_ptr<RunTimeBook> book = nullptr);
+
+    /// The tenant `id`: the config's, else one made at run time on its tier, else (a JWT's)
+    /// one on `claimed_tier` if that names a tier (SPEC §21); nullptr if none of these.
+    const config::TenantConfig* tenant(std::string_view id, std::string_view claimed_tier = {}) const;
 
     std::shared_ptr<const config::GatewayConfig> config;
     auth::KeyTable keys;
     /// `auth.jwt`'s issuer and the keys it has (SPEC §21); null without `auth.jwt`.
     std::shared_ptr<auth::JwtIssuer> jwt;
-    /// API keys made at run time (SPEC §21), kept in auth.keys_file; null without one. Kept
-    /// across reloads while the file is the same.
-    std::shared_ptr<RunTimeKeys> run_time_keys;
+    /// API keys and tenants made at run time (SPEC §21), kept in auth.keys_file or Redis; null
+    /// without either. Kept across reloads (a keys_file while it is the same file).
+    std::shared_ptr<RunTimeBook> book;
+    /// Run-time and JWT tenants on this config's tiers, built as they are first seen.
+    mutable auth::MadeTenants made_tenants;
     /// Health per upstream (same index as config->upstreams); kept across reloads by name.
     std::vector<std::shared_ptr<proxy::UpstreamHealth>> health;
     /// Load per upstream from its /metrics (same index); kept across reloads by name.

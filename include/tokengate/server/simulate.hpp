@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "tokengate/config/config.hpp"
@@ -63,7 +64,7 @@ std::vector<TraceEntry> read_trace(std::istream& in, TraceStats& stats);
 /// What became of one request.
 struct SimulatedDecision {
     double t = 0;                    // arrival
-    std::string_view tenant;         // into SimulationResult::config; empty: the key is unknown
+    std::string_view tenant;         // into SimulationResult::tenants; empty: the key is unknown
     int status = 200;                // 200 admitted, 429 refused, 503 shed, 401/400/404 as the gateway would answer
     int limit = -1;                  // into SimulationResult::limits: the refusing limit, or the queue waited in
     double wait_s = 0;               // admitted: from arrival to start
@@ -86,9 +87,12 @@ struct LimitSummary {
 };
 
 struct SimulationResult {
-    std::shared_ptr<const config::GatewayConfig> config;  // what the tenant names point into
-    std::vector<SimulatedDecision> decisions;             // in arrival order
-    std::vector<LimitSummary> limits;                     // in the order they were first met
+    std::shared_ptr<const config::GatewayConfig> config;
+    /// Every tenant that sent a request, the config's or not (a JWT's claimed tier): what the
+    /// decisions' names point into (a set's elements stay where they are).
+    std::unordered_set<std::string> tenants;
+    std::vector<SimulatedDecision> decisions;  // in arrival order
+    std::vector<LimitSummary> limits;          // in the order they were first met
     std::uint64_t unauthorized = 0, invalid = 0;
     double bin_s = 1;  // the charts' time bins
 };

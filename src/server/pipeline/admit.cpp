@@ -58,7 +58,7 @@ Result<Admitted> price_request(const Runtime& runtime, Read read, std::string_vi
     auto route = classify::match_route(cfg, path, a.summary.model);
     if (!route) return invalid(http::status::not_found, "not_found", "No route for " + std::string(path) + ".");
     a.route = *route;
-    a.output = estimate_output(cfg.cost, history, cfg.tenants[a.principal.tenant].id, a.summary);
+    a.output = estimate_output(cfg.cost, history, a.principal.tenant->id, a.summary);
     a.reserved = cost::request_amounts(cfg.cost, a.cost_factor, a.price, a.summary.input_tokens, a.output.tokens,
                                        a.summary.stream);
     a.charges = classify::applicable_limits(

@@ -1,6 +1,6 @@
 #include "identify.hpp"
 
-#include "../run_time_keys.hpp"
+#include "../run_time_book.hpp"
 
 namespace tokengate::server::pipeline {
 
@@ -32,17 +32,19 @@ Result<auth::Principal> identify(const Runtime& runtime, std::string_view key, c
                            "Invalid token: " + no->reason + ".");
         auto& who = std::get<auth::JwtIdentity>(verified);
         // The token's digest names it in the log, as a key's does: never the token.
-        if (auto t = runtime.keys.tenant(who.tenant))
-            return auth::Principal{*t, std::move(who.token_id), std::move(who.subject)};
+        if (const auto* t = runtime.tenant(who.tenant, who.tier))
+            return auth::Principal{t, std::move(who.token_id), std::move(who.subject)};
         return refused(http::status::forbidden, "permission_error", "unknown_tenant",
-                       "The token's tenant is not known to this gateway.");
+                       who.tier.empty() ? "The token's tenant is not known to this gateway."
+                                        : "The token's tenant is not known to this gateway, and its tier claim "
+                                          "names no tier of it.");
     }
     if (!key.empty()) {
         auto digest = core::sha256(key);  // once, for the config's keys and the run-time ones
         if (auto who = runtime.keys.authenticate(digest)) return std::move(*who);
-        if (runtime.run_time_keys)
-            if (auto made = runtime.run_time_keys->authenticate(digest, unix_now))
-                if (auto t = runtime.keys.tenant(made->first)) return auth::Principal{*t, std::move(made->second), {}};
+        if (runtime.book)
+            if (auto made = runtime.book->authenticate(digest, unix_now))
+                if (const auto* t = runtime.tenant(made->first)) return auth::Principal{t, std::move(made->second), {}};
     }
     return refused(http::status::unauthorized, "invalid_request_error", "invalid_api_key",
                    key.empty() ? "You didn't provide an API key. Send it as 'Authorization: Bearer <key>' or "

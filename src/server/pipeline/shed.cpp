@@ -34,7 +34,7 @@ LoadSeen read_load(const Runtime& rt, std::size_t route, core::Nanos now) {
 }
 
 Result<std::monostate> shed(const config::GatewayConfig& cfg, const Admitted& a, const LoadSeen& load) {
-    const auto& tenant = cfg.tenants[a.principal.tenant];
+    const auto& tenant = *a.principal.tenant;
     // None seen (not live, or none available: the exchange answers 502): nobody is shed.
     if (!cfg.overload || tenant.priority != config::Priority::sheddable || load.upstreams.empty()) return {};
     const auto& o = *cfg.overload;

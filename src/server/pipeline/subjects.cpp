@@ -6,7 +6,7 @@ namespace tokengate::server::pipeline {
 
 void keep_subject(const StageServices& s, const Runtime& runtime, const Admitted& admitted) {
     const auto& cfg = *runtime.config;
-    const auto& tenant = cfg.tenants[admitted.principal.tenant];
+    const auto& tenant = *admitted.principal.tenant;
     bool per_subject = false;
     for (const auto& spec : tenant.limits) per_subject |= spec.per_subject;
     if (!per_subject) return;  // no bucket to bound: nothing to remember

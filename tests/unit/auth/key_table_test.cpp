@@ -33,11 +33,11 @@ TEST(KeyTable, PlainAndHashedKeys) {
     KeyTable keys(*cfg);
     auto demo = keys.authenticate("demo-key");
     ASSERT_TRUE(demo);
-    EXPECT_EQ(cfg->tenants[demo->tenant].id, "demo");
+    EXPECT_EQ(demo->tenant->id, "demo");
     EXPECT_EQ(demo->key_id, core::sha256_hex("demo-key").substr(0, 12));
     auto acme = keys.authenticate("acme-secret");
     ASSERT_TRUE(acme);
-    EXPECT_EQ(cfg->tenants[acme->tenant].id, "acme");
+    EXPECT_EQ(acme->tenant->id, "acme");
 }
 
 TEST(KeyTable, UnknownAndEmptyKeysFail) {

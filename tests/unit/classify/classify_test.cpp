@@ -38,7 +38,7 @@ TEST(MatchRoute, PathThenModel) {
 
 TEST(ApplicableLimits, EveryLevelWithModelFilters) {
     auto cfg = sample();
-    auto big = applicable_limits(*cfg, {0, "10.0.0.1", 0, "llama3-70b", config::Amounts{21}, {}});
+    auto big = applicable_limits(*cfg, {&cfg->tenants[0], "10.0.0.1", 0, "llama3-70b", config::Amounts{21}, {}});
     ASSERT_EQ(big.size(), 5u);
     EXPECT_EQ(big[0].key, "tenant:requests:t1");
     EXPECT_DOUBLE_EQ(big[0].amount, 1);
@@ -48,7 +48,7 @@ TEST(ApplicableLimits, EveryLevelWithModelFilters) {
     EXPECT_EQ(big[3].key, "route:big-route:/v1/chat/completions");
     EXPECT_EQ(big[4].key, "global:gpu:*");
     EXPECT_DOUBLE_EQ(big[4].amount, 21);
-    auto small = applicable_limits(*cfg, {0, "10.0.0.1", 1, "llama3-8b", config::Amounts{2}, {}});
+    auto small = applicable_limits(*cfg, {&cfg->tenants[0], "10.0.0.1", 1, "llama3-8b", config::Amounts{2}, {}});
     EXPECT_EQ(small.size(), 3u) << "no per-model tenant limit, no route limit";
 }
 

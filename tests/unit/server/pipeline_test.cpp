@@ -105,7 +105,7 @@ TEST(AdmitStage, RefusesEachWayWithItsStatusAndCode) {
     EXPECT_EQ(code("nope", "/v1/chat/completions", k_body), "401 invalid_api_key");
     EXPECT_EQ(code("k1", "/v1/chat/completions", "{not json"), "400 invalid_json");
     ASSERT_TRUE(who) << "known before the body failed, so the refusal is logged under its tenant";
-    EXPECT_EQ(s.runtime().config->tenants[who->tenant].id, "acme");
+    EXPECT_EQ(who->tenant->id, "acme");
     EXPECT_EQ(code("k1", "/v1/chat/completions", R"({"model":"m","messages":"x"})"), "400 invalid_body");
     EXPECT_EQ(code("k1", "/v1/embeddings", k_body), "404 not_found");
     EXPECT_EQ(code("k1", "/v1/chat/completions", k_body), "admitted");

@@ -1,0 +1,178 @@
+#include "book_redis.hpp"
+
+#include <spdlog/spdlog.h>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <charconv>
+#include <nlohmann/json.hpp>
+
+namespace tokengate::server {
+
+namespace net = boost::asio;
+using nlohmann::json;
+
+namespace {
+
+/// KEYS: the keys hash, the tenants hash, the counter, the usage hash. ARGV: the change, the
+/// id, the record. A tenant's removal revokes every key of it, made on whichever replica.
+/// Answers the counter after the change, or -1 when the tenant was made elsewhere first.
+constexpr std::string_view k_change_script = R"lua(
+local change, id = ARGV[1], ARGV[2]
+if change == 'make_key' then
+  redis.call('HSET', KEYS[1], id, ARGV[3])
+elseif change == 'revoke_key' then
+  redis.call('HDEL', KEYS[1], id)
+  redis.call('HDEL', KEYS[4], id)
+elseif change == 'make_tenant' then
+  if redis.call('HSETNX', KEYS[2], id, ARGV[3]) == 0 then return -1 end
+elseif change == 'remove_tenant' then
+  redis.call('HDEL', KEYS[2], id)
+  local all = redis.call('HGETALL', KEYS[1])
+  for i = 1, #all, 2 do
+    local ok, key = pcall(cjson.decode, all[i + 1])
+    if ok and type(key) == 'table' and key.tenant == id then
+      redis.call('HDEL', KEYS[1], all[i])
+      redis.call('HDEL', KEYS[4], all[i])
+    end
+  end
+end
+return redis.call('INCR', KEYS[3])
+)lua";
+
+std::string_view change_name(BookChange::Kind kind) {
+    switch (kind) {
+        case BookChange::Kind::make_key: return "make_key";
+        case BookChange::Kind::revoke_key: return "revoke_key";
+        case BookChange::Kind::make_tenant: return "make_tenant";
+        case BookChange::Kind::remove_tenant: return "remove_tenant";
+    }
+    return "";
+}
+
+std::string why_not(const redis::Result& r) {
+    switch (r.error) {
+        case redis::CallError::none: return "Redis answered: " + r.reply.str.substr(0, 200);
+        case redis::CallError::timeout: return "Redis did not answer in time";
+        default: return "Redis is unavailable";
+    }
+}
+
+}  // namespace
+
+RedisKeeper::RedisKeeper(net::any_io_executor ex, const redis::StoreOptions& options) : prefix_(options.config.prefix) {
+    auto endpoint = redis::Endpoint::parse(options.config.url);
+    connection_ = std::make_shared<redis::Connection>(
+        ex, endpoint, redis::login_commands(options, endpoint), [](bool, const std::vector<redis::Reply>&) {},
+        options.tls);
+    connection_->start();
+}
+
+RedisKeeper::~RedisKeeper() { stop(); }
+
+void RedisKeeper::stop() {
+    if (stopped_) return;
+    stopped_ = true;
+    connection_->stop();
+}
+
+net::awaitable<std::string> RedisKeeper::keep(const BookChange& change, const BookContents&) {
+    if (!connection_->ready()) co_return "Redis is unavailable";
+    std::vector<std::string> args{"EVAL",
+                                  std::string(k_change_script),
+                                  "4",
+                                  key("keys"),
+                                  key("tenants"),
+                                  key("version"),
+                                  key("last_used"),
+                                  std::string(change_name(change.kind)),
+                                  change.id,
+                                  change.record};
+    auto r = co_await redis::round_trip(*connection_, args, k_timeout);
+    if (!r.ok() || r.reply.type != redis::Reply::Type::integer) co_return why_not(r);
+    if (r.reply.integer < 0) co_return std::string(k_made_elsewhere);
+    co_return "";
+}
+
+net::awaitable<bool> RedisKeeper::read_book(RunTimeBook& book) {
+    std::vector<std::string> get{"GET", key("version")};
+    auto version = co_await redis::round_trip(*connection_, get, k_timeout);
+    if (!version.ok()) co_return false;
+    long long seen = 0;  // none yet: nothing was ever made
+    if (version.reply.type == redis::Reply::Type::string)
+        std::from_chars(version.reply.str.data(), version.reply.str.data() + version.reply.str.size(), seen);
+    if (seen == version_seen_) co_return true;
+    std::vector<std::string> keys{"HGETALL", key("keys")}, tenants{"HGETALL", key("tenants")},
+        used{"HGETALL", key("last_used")};
+    auto k = co_await redis::round_trip(*connection_, keys, k_timeout);
+    auto t = co_await redis::round_trip(*connection_, tenants, k_timeout);
+    auto u = co_await redis::round_trip(*connection_, used, k_timeout);
+    if (!k.ok() || !t.ok() || !u.ok()) co_return false;
+    std::unordered_map<std::string_view, core::Nanos> last_used;
+    for (std::size_t i = 0; i + 1 < u.reply.elements.size(); i += 2) {
+        core::Nanos at = 0;
+        const auto& text = u.reply.elements[i + 1].str;
+        std::from_chars(text.data(), text.data() + text.size(), at);
+        last_used.emplace(u.reply.elements[i].str, at);
+    }
+    BookContents contents;
+    std::size_t unreadable = 0;
+    for (std::size_t i = 0; i + 1 < k.reply.elements.size(); i += 2) {
+        auto key = key_from_record(json::parse(k.reply.elements[i + 1].str, nullptr, false));
+        if (!key) {
+            ++unreadable;
+            continue;
+        }
+        if (auto it = last_used.find(key->id); it != last_used.end())
+            key->last_used = std::max(key->last_used, it->second);
+        contents.keys.push_back(std::move(*key));
+    }
+    for (std::size_t i = 0; i + 1 < t.reply.elements.size(); i += 2) {
+        auto tenant = tenant_from_record(json::parse(t.reply.elements[i + 1].str, nullptr, false));
+        if (tenant) contents.tenants.push_back(std::move(*tenant));
+        else ++unreadable;
+    }
+    if (unreadable) spdlog::warn("run-time book in Redis: {} entries are not keys or tenants; left out", unreadable);
+    book.replace(std::move(contents));
+    version_seen_ = seen;
+    co_return true;
+}
+
+net::awaitable<void> RedisKeeper::share_usage(RunTimeBook& book) {
+    auto used = book.take_recently_used();
+    if (used.empty()) co_return;
+    std::vector<std::string> args{"HSET", key("last_used")};
+    for (const auto& [id, at] : used) {
+        args.push_back(id);
+        args.push_back(std::to_string(at));
+    }
+    auto r = co_await redis::round_trip(*connection_, args, k_timeout);
+    // Read again at the next change; until then each replica knows its own uses.
+    if (!r.ok()) spdlog::debug("run-time book: when keys were last used not shared: {}", why_not(r));
+}
+
+net::awaitable<void> RedisKeeper::watch(std::shared_ptr<RunTimeBook> book, core::Nanos poll, core::Nanos usage_every) {
+    net::steady_timer timer(co_await net::this_coro::executor);
+    bool failing = false;
+    core::Nanos since_usage = 0;
+    while (!stopped_) {
+        if (connection_->ready()) {
+            bool read = co_await read_book(*book);
+            if (read && failing) spdlog::info("run-time book: read from Redis again");
+            if (!read && !failing)
+                spdlog::warn("run-time book: cannot read it from Redis; the keys known here stay in force");
+            failing = !read;
+            if ((since_usage += poll) >= usage_every) {
+                since_usage = 0;
+                co_await share_usage(*book);
+                version_seen_ = -1;  // and read everyone's at the next poll
+            }
+        }
+        timer.expires_after(std::chrono::nanoseconds(poll));
+        co_await timer.async_wait(net::as_tuple(net::use_awaitable));
+    }
+}
+
+}  // namespace tokengate::server
