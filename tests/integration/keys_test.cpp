@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <iostream>
 #include <thread>
 
 #include "harness.hpp"
@@ -244,6 +245,8 @@ TEST(RunTimeKeys, TwoGatewaysOnOneRedisSeeAChangeWithinASecond) {
     EXPECT_EQ(chat(b, secret), 401) << "at once where it was revoked";
     auto refused = until(a, secret, 401);
     EXPECT_LT(refused, 1s) << "the other replica took " << refused.count() << " ms";
+    std::cout << "another replica: a new key works after " << seen.count() << " ms, a revoked one fails after "
+              << refused.count() << " ms\n";
     // Redis holds hashes only; a replica started afterwards has the book from it.
     auto again = json::parse(make_key(b, "initech", {{"name", "second"}}).body)["key"].get<std::string>();
     auto book = redis.command({"HGETALL", "tgkeys:{auth}:keys"});
