@@ -191,9 +191,12 @@ net::awaitable<Response> make_tenant(Services& services, const Runtime& rt, RunT
                               "The config has no tier '" + tier.substr(0, 128) + "'.");
     if (rt.keys.tenant(id))
         co_return admin_error(http::status::conflict, "tenant_exists", "Tenant '" + id + "' is in the config.");
+    if (book.tier_of(id))
+        co_return admin_error(http::status::conflict, "tenant_exists", "Tenant '" + id + "' exists already.");
     auto now = services.clock.unix_now();
     auto made = co_await book.make_tenant(id, tier, now);
-    if (auto* no = std::get_if<RunTimeBook::Refusal>(&made)) co_return refused_change(book, *no, "tenant_exists");
+    // Past the bound, or made on another replica a moment ago.
+    if (auto* no = std::get_if<RunTimeBook::Refusal>(&made)) co_return refused_change(book, *no, "tenant_not_made");
     auto& t = std::get<RunTimeTenant>(made);
     audit({{"action", "tenant_made"}, {"tenant", t.id}, {"tier", t.tier}});
     co_return json_response(http::status::created,
