@@ -261,6 +261,16 @@ TEST(RunTimeKeys, TwoGatewaysOnOneRedisSeeAChangeWithinASecond) {
     EXPECT_EQ(redis.command({"HLEN", "tgkeys:{auth}:keys"}), ":0\r\n");
     EXPECT_EQ(make_tenant(a, {{"id", "initech"}, {"tier", "pro"}}).status, 201);
     EXPECT_EQ(make_tenant(b, {{"id", "initech"}, {"tier", "pro"}}).status, 409) << "made on a already";
+    // Whatever else is written there is left out, never trusted: a replica keeps serving.
+    redis.commands({{"HSET", "tgkeys:{auth}:keys", "bogus", R"({"tenant":1,"sha256":"zz"})"},
+                    {"HSET", "tgkeys:{auth}:keys", "huge", std::string(1 << 20, '[')},
+                    {"HSET", "tgkeys:{auth}:tenants", "evil", "not json"},
+                    {"INCR", "tgkeys:{auth}:version"}});
+    ASSERT_TRUE(a.log_contains("3 entries are not keys or tenants")) << a.log();
+    EXPECT_EQ(chat(a, "acme-key"), 200);
+    auto after = json::parse(a.admin({"GET", "/admin/tenants", {}, ""}).body)["tenants"];
+    ASSERT_EQ(after.size(), 2u) << after.dump();
+    EXPECT_EQ(after[1]["id"], "initech");
 }
 
 TEST(RunTimeKeys, WithRedisAwayAChangeIsA503AndTheKnownKeysKeepWorking) {
