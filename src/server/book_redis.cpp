@@ -78,8 +78,20 @@ void RedisKeeper::stop() {
     connection_->stop();
 }
 
+net::awaitable<bool> RedisKeeper::ready() {
+    // Just started, or reconnecting: worth a short wait before an admin call is refused.
+    net::steady_timer timer(co_await net::this_coro::executor);
+    constexpr auto k_step = std::chrono::milliseconds(10);
+    for (std::chrono::milliseconds waited{0}; !connection_->ready() && !stopped_ && waited < k_timeout;
+         waited += k_step) {
+        timer.expires_after(k_step);
+        co_await timer.async_wait(net::as_tuple(net::use_awaitable));
+    }
+    co_return connection_->ready();
+}
+
 net::awaitable<std::string> RedisKeeper::keep(const BookChange& change, const BookContents&) {
-    if (!connection_->ready()) co_return "Redis is unavailable";
+    if (!co_await ready()) co_return "Redis is unavailable";
     std::vector<std::string> args{"EVAL",
                                   std::string(k_change_script),
                                   "4",
@@ -155,6 +167,7 @@ net::awaitable<void> RedisKeeper::share_usage(RunTimeBook& book) {
 
 net::awaitable<void> RedisKeeper::watch(std::shared_ptr<RunTimeBook> book, core::Nanos poll, core::Nanos usage_every) {
     net::steady_timer timer(co_await net::this_coro::executor);
+    co_await ready();  // the first read as soon as Redis answers, not a poll later
     bool failing = false;
     core::Nanos since_usage = 0;
     while (!stopped_) {

@@ -34,6 +34,8 @@ public:
     static constexpr std::chrono::seconds k_timeout{2};
 
 private:
+    /// Whether the connection is ready, waiting up to k_timeout for it.
+    boost::asio::awaitable<bool> ready();
     boost::asio::awaitable<bool> read_book(RunTimeBook& book);
     boost::asio::awaitable<void> share_usage(RunTimeBook& book);
     std::string key(std::string_view name) const { return prefix_ + "{auth}:" + std::string(name); }
