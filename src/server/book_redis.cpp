@@ -42,6 +42,18 @@ end
 return redis.call('INCR', KEYS[3])
 )lua";
 
+/// KEYS: the keys hash, the usage hash. ARGV: key id, when (ns), ... Records a use only for a
+/// key still there, and only if later than the one recorded: replicas report in any order.
+constexpr std::string_view k_usage_script = R"lua(
+for i = 1, #ARGV, 2 do
+  if redis.call('HEXISTS', KEYS[1], ARGV[i]) == 1 then
+    local was = tonumber(redis.call('HGET', KEYS[2], ARGV[i]) or '0') or 0
+    if tonumber(ARGV[i + 1]) > was then redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
+  end
+end
+return 0
+)lua";
+
 std::string_view change_name(BookChange::Kind kind) {
     switch (kind) {
         case BookChange::Kind::make_key: return "make_key";
@@ -155,13 +167,13 @@ net::awaitable<bool> RedisKeeper::read_book(RunTimeBook& book) {
 net::awaitable<void> RedisKeeper::share_usage(RunTimeBook& book) {
     auto used = book.take_recently_used();
     if (used.empty()) co_return;
-    std::vector<std::string> args{"HSET", key("last_used")};
+    std::vector<std::string> args{"EVAL", std::string(k_usage_script), "2", key("keys"), key("last_used")};
     for (const auto& [id, at] : used) {
         args.push_back(id);
         args.push_back(std::to_string(at));
     }
     auto r = co_await redis::round_trip(*connection_, args, k_timeout);
-    // Read again at the next change; until then each replica knows its own uses.
+    // Not shared: the others learn of these uses only when the key is used here again.
     if (!r.ok()) spdlog::debug("run-time book: when keys were last used not shared: {}", why_not(r));
 }
 

@@ -254,6 +254,14 @@ TEST(RunTimeKeys, TwoGatewaysOnOneRedisSeeAChangeWithinASecond) {
     EXPECT_NE(book.find(core::sha256_hex(again)), std::string::npos) << book;
     GatewayUnderTest c(shared_config(redis));
     EXPECT_LT(until(c, again, 200), 1s);
+    // When a key was last used travels too: a never used it, c did (shared every 5 s).
+    bool heard = false;
+    for (auto deadline = std::chrono::steady_clock::now() + 15s; !heard && std::chrono::steady_clock::now() < deadline;
+         std::this_thread::sleep_for(200ms)) {
+        auto keys = json::parse(a.admin({"GET", "/admin/tenants/initech/keys", {}, ""}).body)["keys"];
+        heard = keys.size() == 1 && keys[0]["last_used"].is_string();
+    }
+    EXPECT_TRUE(heard) << "a never heard that c used the key";
     // A tenant removed on one replica: its keys fail on every replica.
     ASSERT_EQ(c.admin({"DELETE", "/admin/tenants/initech", {}, ""}).status, 200);
     EXPECT_LT(until(a, again, 401), 1s);
