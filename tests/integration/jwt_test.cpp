@@ -59,6 +59,14 @@ std::string config(const std::string& jwks) {
            "\n    tenant_claim: org\n    tier_claim: plan\n    leeway: 30s\n";
 }
 
+/// `cfg` with tier pro's one limit, `name`, at 2 requests an hour (`extra` added to it).
+std::string with_two_requests_an_hour(std::string cfg, const std::string& name, const std::string& extra) {
+    cfg.replace(cfg.find("tiers:"), cfg.find("tenants:") - cfg.find("tiers:"),
+                "tiers:\n  pro: { limits: [ { name: " + name +
+                    ", algorithm: token_bucket, capacity: 2, rate: 1/h, unit: requests" + extra + " } ] }\n");
+    return cfg;
+}
+
 Response chat(const GatewayUnderTest& gw, const std::string& bearer) {
     return gw.request({"POST",
                        "/v1/chat/completions",
@@ -110,11 +118,8 @@ TEST(Jwt, EveryAlgorithmSignedByJoseIsAccepted) {
 TEST(Jwt, TheTokensSubIsTheEndUserBeforeAnyHeader) {
     TempDir dir;
     MAKE_TOKENS(tokens, dir.path());
-    auto cfg = config(dir.path() + "/jwks.json");
     // Two requests an end user, counted per subject; the header is named too, and loses to sub.
-    cfg.replace(cfg.find("tiers:"), cfg.find("tenants:") - cfg.find("tiers:"),
-                "tiers:\n  pro: { limits: [ { name: per-user, algorithm: token_bucket, capacity: 2, rate: 1/h, "
-                "unit: requests, per: subject } ] }\n");
+    auto cfg = with_two_requests_an_hour(config(dir.path() + "/jwks.json"), "per-user", ", per: subject");
     cfg += "  subject: { header: X-End-User }\n";
     GatewayUnderTest gw(cfg);
     auto as = [&](const std::string& token, const std::string& header_user) {
@@ -141,11 +146,7 @@ TEST(Jwt, TheTokensSubIsTheEndUserBeforeAnyHeader) {
 TEST(Jwt, AnUnknownTenantGetsTheTierItsTokenClaims) {
     TempDir dir;
     MAKE_TOKENS(tokens, dir.path());
-    auto cfg = config(dir.path() + "/jwks.json");
-    cfg.replace(cfg.find("tiers:"), cfg.find("tenants:") - cfg.find("tiers:"),
-                "tiers:\n  pro: { limits: [ { name: rpm, algorithm: token_bucket, capacity: 2, rate: 1/h, "
-                "unit: requests } ] }\n");
-    GatewayUnderTest gw(cfg);
+    GatewayUnderTest gw(with_two_requests_an_hour(config(dir.path() + "/jwks.json"), "rpm", ""));
     // initech is in no config: its token's plan (pro) gives it pro's limits, under its own id.
     std::string token = tokens["claimed_tier"];
     EXPECT_EQ(chat(gw, token).status, 200);
