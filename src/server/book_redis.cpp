@@ -143,8 +143,14 @@ net::awaitable<bool> RedisKeeper::read_book(RunTimeBook& book) {
     }
     BookContents contents;
     std::size_t unreadable = 0;
+    // A record is a few hundred bytes: a larger one is not parsed, so that no value written there
+    // (a megabyte of '[') holds up this event loop.
+    constexpr std::size_t k_max_record_bytes = 4096;
+    auto record = [&](const std::string& text) {
+        return text.size() > k_max_record_bytes ? json() : json::parse(text, nullptr, false);
+    };
     for (std::size_t i = 0; i + 1 < k.reply.elements.size(); i += 2) {
-        auto key = key_from_record(json::parse(k.reply.elements[i + 1].str, nullptr, false));
+        auto key = key_from_record(record(k.reply.elements[i + 1].str));
         if (!key) {
             ++unreadable;
             continue;
@@ -154,7 +160,7 @@ net::awaitable<bool> RedisKeeper::read_book(RunTimeBook& book) {
         contents.keys.push_back(std::move(*key));
     }
     for (std::size_t i = 0; i + 1 < t.reply.elements.size(); i += 2) {
-        auto tenant = tenant_from_record(json::parse(t.reply.elements[i + 1].str, nullptr, false));
+        auto tenant = tenant_from_record(record(t.reply.elements[i + 1].str));
         if (tenant) contents.tenants.push_back(std::move(*tenant));
         else ++unreadable;
     }
