@@ -43,6 +43,7 @@ private:
     std::string prefix_;
     std::shared_ptr<redis::Connection> connection_;
     long long version_seen_ = -1;
+    long long version_written_ = 0;  // the counter after this replica's last change
     bool stopped_ = false;
 };
 
