@@ -973,14 +973,10 @@ struct Loader {
 
     std::string key_digest(const YAML::Node& node) {
         auto text = r.string_of(node, "key");
-        std::string digest;
         if (text.rfind("sha256:", 0) == 0) {
-            auto hex = std::string_view(text).substr(7);
-            if (hex.size() != 64 || hex.find_first_not_of("0123456789abcdef") != std::string_view::npos)
-                r.fail(node, "sha256: keys need 64 lowercase hex digits");
-            for (std::size_t i = 0; i < 64; i += 2)
-                digest.push_back(static_cast<char>(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16)));
-            return digest;
+            auto raw = core::digest_from_hex(std::string_view(text).substr(7));
+            if (!raw) r.fail(node, "sha256: keys need 64 lowercase hex digits");
+            return *raw;
         }
         if (text.rfind("env:", 0) == 0) {
             auto env = text.substr(4);

@@ -34,6 +34,15 @@ std::string to_hex(const std::uint8_t* data, std::size_t size) {
     return out;
 }
 
+std::optional<std::string> digest_from_hex(std::string_view hex) {
+    if (hex.size() != 64 || hex.find_first_not_of("0123456789abcdef") != std::string_view::npos) return std::nullopt;
+    auto value = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
+    std::string digest;
+    for (std::size_t i = 0; i < hex.size(); i += 2)
+        digest.push_back(static_cast<char>(value(hex[i]) * 16 + value(hex[i + 1])));
+    return digest;
+}
+
 bool constant_time_equal(std::string_view a, std::string_view b) {
     if (a.size() != b.size()) return false;
     return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;

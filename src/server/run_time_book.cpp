@@ -72,13 +72,10 @@ std::optional<RunTimeKey> key_from_record(const json& record) {
     auto tenant = text_of(record, "tenant"), name = text_of(record, "name"), hex = text_of(record, "sha256");
     auto created = time_of(record, "created"), expires = time_of(record, "expires"),
          last_used = time_of(record, "last_used");
-    if (!tenant || !name || !hex || hex->size() != 64 || !created || !expires || !last_used) return std::nullopt;
+    auto digest = hex ? core::digest_from_hex(*hex) : std::nullopt;
+    if (!tenant || !name || !digest || !created || !expires || !last_used) return std::nullopt;
     RunTimeKey key;
-    for (std::size_t i = 0; i < 32; ++i) {
-        auto byte = hex->substr(2 * i, 2);
-        if (byte.find_first_not_of("0123456789abcdef") != std::string::npos) return std::nullopt;
-        key.digest += static_cast<char>(std::stoi(byte, nullptr, 16));
-    }
+    key.digest = std::move(*digest);
     key.id = hex_of(key.digest, 6);
     key.tenant = std::move(*tenant);
     key.name = std::move(*name);
@@ -234,7 +231,7 @@ boost::asio::awaitable<std::variant<std::optional<RunTimeKey>, RunTimeBook::Refu
 
 std::optional<std::pair<std::string, std::string>> RunTimeBook::authenticate(const core::Sha256Digest& hashed,
                                                                              core::Nanos now) {
-    std::string digest(reinterpret_cast<const char*>(hashed.data()), hashed.size());
+    std::string_view digest(reinterpret_cast<const char*>(hashed.data()), hashed.size());
     std::lock_guard lock(mutex_);
     auto it = by_digest_.find(digest);
     if (it == by_digest_.end() || !core::constant_time_equal(it->first, digest)) return std::nullopt;

@@ -135,7 +135,7 @@ private:
     mutable std::mutex mutex_;
     std::vector<RunTimeKey> keys_;
     std::vector<RunTimeTenant> tenants_;
-    std::unordered_map<std::string, std::size_t> by_digest_;  // into keys_
+    std::unordered_map<std::string, std::size_t, core::DigestHash, std::equal_to<>> by_digest_;  // into keys_
     struct IdHash {
         using is_transparent = void;
         std::size_t operator()(std::string_view id) const { return std::hash<std::string_view>{}(id); }

@@ -1,7 +1,5 @@
 #pragma once
 
-#include <algorithm>
-#include <cstring>
 #include <functional>
 #include <optional>
 #include <string>
@@ -36,17 +34,7 @@ public:
     const config::TenantConfig* tenant(std::string_view id) const;
 
 private:
-    /// A digest is already uniform: its first bytes are its hash. Found by string_view, so a
-    /// lookup builds no string. (The table is fixed by the config: no flooding to fear.)
-    struct DigestHash {
-        using is_transparent = void;
-        std::size_t operator()(std::string_view digest) const {
-            std::size_t h = 0;
-            std::memcpy(&h, digest.data(), std::min(sizeof h, digest.size()));
-            return h;
-        }
-    };
-    std::unordered_map<std::string, const config::TenantConfig*, DigestHash, std::equal_to<>> tenant_by_digest_;
+    std::unordered_map<std::string, const config::TenantConfig*, core::DigestHash, std::equal_to<>> tenant_by_digest_;
     struct IdHash {
         using is_transparent = void;
         std::size_t operator()(std::string_view id) const { return std::hash<std::string_view>{}(id); }

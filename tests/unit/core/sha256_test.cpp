@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cctype>
+
 #include "tokengate/core/base64.hpp"
 #include "tokengate/core/cidr.hpp"
 #include "tokengate/core/sha256.hpp"
@@ -22,6 +24,22 @@ TEST(Sha256, PaddingBoundaries) {
     EXPECT_EQ(sha256_hex(std::string(55, 'a')), "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318");
     EXPECT_EQ(sha256_hex(std::string(56, 'a')), "b35439a4ac6f0948b6d6f9e3c6af0f5f590ce20f1bde7090ef7970686ec6738a");
     EXPECT_EQ(sha256_hex(std::string(64, 'a')), "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb");
+}
+
+TEST(DigestFromHex, TakesSixtyFourLowercaseHexDigitsOnly) {
+    auto hex = sha256_hex("abc");
+    auto raw = digest_from_hex(hex);
+    ASSERT_TRUE(raw);
+    auto d = sha256("abc");
+    EXPECT_EQ(*raw, std::string(reinterpret_cast<const char*>(d.data()), d.size()));
+    EXPECT_FALSE(digest_from_hex(std::string_view(hex).substr(1)));
+    std::string longer = hex, upper = hex, not_hex = hex;
+    longer.push_back('0');
+    EXPECT_FALSE(digest_from_hex(longer));
+    for (auto& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    EXPECT_FALSE(digest_from_hex(upper));
+    not_hex.back() = 'g';
+    EXPECT_FALSE(digest_from_hex(not_hex));
 }
 
 TEST(ConstantTimeEqual, ComparesWholeStrings) {
