@@ -40,13 +40,29 @@ ConnectionPool::ConnectionPool(net::any_io_executor ex, config::UpstreamConfig c
       tls_(std::move(tls)),
       max_open_(std::max<std::size_t>(1, max_open)) {}
 
+bool ConnectionPool::differs(const config::UpstreamConfig& config, std::size_t max_open,
+                             const tls::ClientContext* tls) const {
+    return config.url != config_.url || tls != tls_.get() || config.api_key != config_.api_key ||
+           config.connect_timeout != config_.connect_timeout ||
+           config.first_byte_timeout != config_.first_byte_timeout ||
+           config.stream_idle_timeout != config_.stream_idle_timeout ||
+           config.eject_consecutive_failures != config_.eject_consecutive_failures ||
+           config.eject_for != config_.eject_for || std::max<std::size_t>(1, max_open) != max_open_;
+}
+
 void ConnectionPool::update_config(config::UpstreamConfig config, std::size_t max_open,
                                    std::shared_ptr<tls::ClientContext> tls) {
+    // Only a changed address or TLS context retires the idle connections; new timeouts or a new
+    // key apply to them from their next request.
+    bool same_peer = config.url == config_.url && tls == tls_;
     config_ = std::move(config);
     tls_ = std::move(tls);
     max_open_ = std::max<std::size_t>(1, max_open);
-    open_ -= idle_.size();  // a changed address must not reuse old connections
-    idle_.clear();
+    if (!same_peer) {
+        open_ -= idle_.size();
+        idle_.clear();
+    }
+    while (!waiters_.empty()) wake_one();  // a raised limit may have room for them now
 }
 
 net::awaitable<ConnectionPool::Acquired> ConnectionPool::acquire(bool fresh) {

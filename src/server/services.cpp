@@ -111,9 +111,7 @@ proxy::ConnectionPool& Worker::pool_for(const config::UpstreamConfig& upstream, 
     auto per_worker = (upstream.max_connections + workers - 1) / workers;
     auto& pool = pools[upstream.name];
     if (!pool) pool = std::make_unique<proxy::ConnectionPool>(ioc.get_executor(), upstream, per_worker, tls);
-    else if (pool->config().url != upstream.url || pool->config().api_key != upstream.api_key ||
-             pool->tls() != tls.get())
-        pool->update_config(upstream, per_worker, tls);
+    else if (pool->differs(upstream, per_worker, tls.get())) pool->update_config(upstream, per_worker, tls);
     return *pool;
 }
 

@@ -167,6 +167,25 @@ TEST(Gateway, SlowUpstreamIs504) {
     EXPECT_LT(steady::now() - start, 4s);
 }
 
+TEST(Gateway, AReloadedUpstreamTimeoutAppliesToTheConnectionsItKeeps) {
+    // One worker: every request meets the pool the first one made.
+    GatewayUnderTest gw(k_basic, "  threads: 1\n", 1000, "    timeouts: { first_byte: 300ms }\n");
+    auto slow = chat(chat_body("m", "x", 1, false), {k_auth, {"x-mock-delay-ms", "1000"}});
+    ASSERT_EQ(gw.request(chat(chat_body("m", "x", 1, false), {k_auth})).status, 200);  // a pooled connection
+    EXPECT_EQ(gw.request(slow).status, 504);
+    ASSERT_EQ(gw.request(chat(chat_body("m", "x", 1, false), {k_auth})).status, 200);
+    auto path = gw.dir() + "/gateway.yaml";
+    auto yaml = read_file(path);
+    auto at = yaml.find("first_byte: 300ms");
+    ASSERT_NE(at, std::string::npos) << yaml;
+    yaml.replace(at, 17, "first_byte: 10s");
+    std::ofstream(path + ".tmp") << yaml;
+    std::rename((path + ".tmp").c_str(), path.c_str());
+    ASSERT_EQ(gw.admin(Request{"POST", "/admin/reload", {}, ""}).status, 200);
+    auto r = gw.request(slow);
+    EXPECT_EQ(r.status, 200) << "the reload's 10 s applies, not the 300 ms it replaced: " << r.body;
+}
+
 TEST(Gateway, UpstreamErrorsAreRelayedAsTheyAre) {
     GatewayUnderTest gw(k_basic);
     auto r = gw.request(chat(chat_body("m", "x", 1, false), {k_auth, {"x-mock-status", "503"}}));

@@ -72,6 +72,8 @@ public:
     const config::UpstreamConfig& config() const { return config_; }
     std::size_t open() const { return open_; }
     const tls::ClientContext* tls() const { return tls_.get(); }
+    /// Whether a reloaded upstream's settings differ from the ones in use (cheap: per request).
+    bool differs(const config::UpstreamConfig& config, std::size_t max_open, const tls::ClientContext* tls) const;
     void update_config(config::UpstreamConfig config, std::size_t max_open, std::shared_ptr<tls::ClientContext> tls);
 
 private:

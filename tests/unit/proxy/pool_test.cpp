@@ -123,5 +123,46 @@ TEST(ConnectionPool, AtTheLimitAnAcquirerWaitsForARelease) {
     EXPECT_FALSE(starved->connection);
 }
 
+TEST(ConnectionPool, NewTimeoutsKeepTheIdleConnectionsAndANewAddressRetiresThem) {
+    Fixture f;
+    auto first = f.acquire();
+    auto* raw = first.connection.get();
+    f.pool->release(std::move(first.connection), true);
+    auto cfg = f.pool->config();
+    EXPECT_FALSE(f.pool->differs(cfg, 4, nullptr));
+    cfg.first_byte_timeout = 7'000'000'000;
+    ASSERT_TRUE(f.pool->differs(cfg, 4, nullptr)) << "a reloaded timeout must reach the pool";
+    f.pool->update_config(cfg, 4, nullptr);
+    EXPECT_EQ(f.pool->config().first_byte_timeout, 7'000'000'000);
+    auto second = f.acquire();
+    ASSERT_TRUE(second.connection);
+    EXPECT_EQ(second.connection.get(), raw) << "the same upstream: its idle connection is still good";
+    f.pool->release(std::move(second.connection), true);
+
+    cfg.url = "http://127.0.0.1:1";
+    EXPECT_TRUE(f.pool->differs(cfg, 4, nullptr));
+    f.pool->update_config(cfg, 4, nullptr);
+    EXPECT_EQ(f.pool->open(), 0u) << "a connection to the old address is not reused";
+    EXPECT_TRUE(f.pool->differs(cfg, 2, nullptr)) << "a new connection limit applies too";
+}
+
+TEST(ConnectionPool, ARaisedLimitLetsAWaitingAcquirerConnect) {
+    Fixture f(1);
+    auto first = f.acquire();
+    ASSERT_TRUE(first.connection);
+    std::optional<ConnectionPool::Acquired> waiting;
+    net::co_spawn(f.ioc, f.pool->acquire(false),
+                  [&](std::exception_ptr, ConnectionPool::Acquired a) { waiting = std::move(a); });
+    for (int i = 0; i < 5; ++i) f.ioc.run_one_for(10ms);
+    ASSERT_FALSE(waiting);
+    auto cfg = f.pool->config();
+    cfg.first_byte_timeout = 60'000'000'000;  // only the raised limit can end its wait in time
+    f.pool->update_config(cfg, 2, nullptr);
+    f.run_until([&] { return waiting.has_value(); });
+    ASSERT_TRUE(waiting->connection) << waiting->ec.message();
+    EXPECT_FALSE(waiting->connection->reused);
+    EXPECT_EQ(f.pool->open(), 2u);
+}
+
 }  // namespace
 }  // namespace tokengate::proxy
