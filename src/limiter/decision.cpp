@@ -23,6 +23,7 @@ void resolve(Decision& decision) {
 
 std::vector<Charge> charged(std::span<const Charge> charges, const Decision& decision) {
     std::vector<Charge> out;
+    out.reserve(charges.size());
     for (std::size_t i = 0; i < charges.size(); ++i)
         if (decision.statuses[i].charged) {
             out.push_back(charges[i]);
