@@ -41,6 +41,11 @@ struct Fixture {
         if (out->connection && !out->connection->reused) accepted.push_back(acceptor.accept());
         return std::move(*out);
     }
+    /// Starts an acquire that `out` receives once the loop completes it.
+    void acquire_later(std::optional<ConnectionPool::Acquired>& out) {
+        net::co_spawn(ioc, pool->acquire(false),
+                      [&out](std::exception_ptr, ConnectionPool::Acquired a) { out = std::move(a); });
+    }
     void run_until(const std::function<bool()>& done) {
         for (auto give_up = std::chrono::steady_clock::now() + 10s;
              !done() && std::chrono::steady_clock::now() < give_up;) {
@@ -106,8 +111,7 @@ TEST(ConnectionPool, AtTheLimitAnAcquirerWaitsForARelease) {
     auto first = f.acquire();
     ASSERT_TRUE(first.connection);
     std::optional<ConnectionPool::Acquired> waiting;
-    net::co_spawn(f.ioc, f.pool->acquire(false),
-                  [&](std::exception_ptr, ConnectionPool::Acquired a) { waiting = std::move(a); });
+    f.acquire_later(waiting);
     for (int i = 0; i < 5; ++i) f.ioc.run_one_for(10ms);
     EXPECT_FALSE(waiting) << "no second connection past max_open";
     f.pool->release(std::move(first.connection), true);
@@ -116,8 +120,7 @@ TEST(ConnectionPool, AtTheLimitAnAcquirerWaitsForARelease) {
     EXPECT_TRUE(waiting->connection->reused);
 
     std::optional<ConnectionPool::Acquired> starved;
-    net::co_spawn(f.ioc, f.pool->acquire(false),
-                  [&](std::exception_ptr, ConnectionPool::Acquired a) { starved = std::move(a); });
+    f.acquire_later(starved);
     f.run_until([&] { return starved.has_value(); });  // the 300 ms first-byte timeout
     EXPECT_TRUE(starved->pool_exhausted);
     EXPECT_FALSE(starved->connection);
@@ -151,8 +154,7 @@ TEST(ConnectionPool, ARaisedLimitLetsAWaitingAcquirerConnect) {
     auto first = f.acquire();
     ASSERT_TRUE(first.connection);
     std::optional<ConnectionPool::Acquired> waiting;
-    net::co_spawn(f.ioc, f.pool->acquire(false),
-                  [&](std::exception_ptr, ConnectionPool::Acquired a) { waiting = std::move(a); });
+    f.acquire_later(waiting);
     for (int i = 0; i < 5; ++i) f.ioc.run_one_for(10ms);
     ASSERT_FALSE(waiting);
     // Left waiting, it would give up after its 300 ms as pool_exhausted.
