@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <latch>
+#include <memory>
 #include <thread>
 
 #include "harness.hpp"
@@ -222,10 +224,26 @@ Burst burst_of_60(const std::string& estimate) {
     for (int i = 0; i < 12; ++i) EXPECT_EQ(one().status, 200);  // the history learns
     std::this_thread::sleep_for(1s);                            // the bucket fills up again
     auto settled_before = metric_total(gw.metrics_after(12), "tokengate_cost_settled_total");
+    // Connected first, sent together: the 60 must arrive within the 0.2 s the first ones stay in
+    // flight, or early refunds let more in (CI's ASan build spread thread start-up over 0.5 s).
+    std::vector<std::unique_ptr<RawClient>> connections;
+    for (int c = 0; c < 60; ++c) connections.push_back(std::make_unique<RawClient>(gw.port()));
+    const auto bytes =
+        raw_post("/v1/chat/completions", "k1", body.dump(), "x-mock-completion-tokens: 40\r\nConnection: close\r\n");
     std::atomic<std::size_t> ok{0}, refused{0};
+    std::latch go(60);
     auto start = std::chrono::steady_clock::now();
     std::vector<std::thread> clients;
-    for (int c = 0; c < 60; ++c) clients.emplace_back([&] { (one().status == 200 ? ok : refused)++; });
+    for (auto& connection : connections)
+        clients.emplace_back([&, client = connection.get()] {
+            go.arrive_and_wait();
+            client->send_all(bytes);
+            std::string answer;
+            auto give_up = std::chrono::steady_clock::now() + 20s;
+            while (!client->peer_closed() && std::chrono::steady_clock::now() < give_up)
+                answer += client->read_once(1s);
+            (answer.starts_with("HTTP/1.1 200") ? ok : refused)++;
+        });
     for (auto& t : clients) t.join();
     Burst out{ok, refused};
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
