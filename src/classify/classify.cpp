@@ -24,8 +24,9 @@ void add_level(std::vector<config::Charge>& out, const std::vector<config::Limit
         config::Charge c;
         c.spec = &spec;
         c.level = level;
-        c.key = spec.per_subject ? bucket_key(level, spec.name, subject_of(subject, *facts.subject))
-                                 : bucket_key(level, spec.name, subject);
+        c.key = bucket_key(level, spec.name, subject);
+        if (spec.per_subject)  // "<tenant>/<end user>", as subject_of spells it
+            c.key.append("/").append(facts.subject->empty() ? std::string_view("(none)") : *facts.subject);
         c.amount = facts.reserved.in(spec.unit);
         c.tenant = facts.tenant_id;
         c.priority = facts.priority;
@@ -35,11 +36,9 @@ void add_level(std::vector<config::Charge>& out, const std::vector<config::Limit
 
 }  // namespace
 
-std::string bucket_key(Level level, std::string_view limit, std::string_view subject) {
-    std::string_view level_name = config::to_string(level);
-    std::string key;
-    key.reserve(level_name.size() + limit.size() + subject.size() + 2);
-    key.append(level_name).append(":").append(limit).append(":").append(subject);
+config::BucketKey bucket_key(Level level, std::string_view limit, std::string_view subject) {
+    config::BucketKey key(config::to_string(level));
+    key.append(":").append(limit).append(":").append(subject);
     return key;
 }
 

@@ -23,7 +23,7 @@ void Exposure::Hold::release() {
     if (auto* owner = std::exchange(owner_, nullptr)) owner->give_back(keys_, amount_);
 }
 
-double Exposure::of(const std::string& key) const {
+double Exposure::of(std::string_view key) const {
     std::lock_guard lock(mutex_);
     auto it = held_.find(key);
     return it == held_.end() ? 0.0 : it->second.amount;

@@ -572,7 +572,7 @@ ScriptCall turn_call(std::string_view sha, std::string_view prefix, const limite
     call.args = {"EVALSHA",
                  std::string(sha),
                  "1",
-                 std::string(prefix) + charge.key,
+                 std::string(prefix).append(charge.key),
                  leave ? "leave" : "turn",
                  time_arg(now_us),
                  std::string(lease) + ":" + std::to_string(ticket) + "|" + place_units(charge),

@@ -28,7 +28,7 @@ void MemoryStore::make_room(Shard& shard, core::Nanos now, core::Nanos unix_now)
         it = evictable(it->second, now, unix_now, false) ? shard.buckets.erase(it) : std::next(it);
 }
 
-std::size_t MemoryStore::shard_of(const std::string& key) const { return std::hash<std::string>{}(key) % k_shards; }
+std::size_t MemoryStore::shard_of(std::string_view key) const { return core::StringViewHash{}(key) % k_shards; }
 
 const config::LimitSpec& MemoryStore::effective(const config::LimitSpec& spec, config::LimitSpec& share) const {
     auto divisor = divisor_.load(std::memory_order_relaxed);

@@ -35,7 +35,7 @@ std::vector<config::Charge> applicable_limits(const config::GatewayConfig& confi
 
 /// A bucket's identity in every store: "<level>:<limit name>:<subject>" (the tenant id, the
 /// client IP, the route path, or "*").
-std::string bucket_key(config::Level level, std::string_view limit, std::string_view subject);
+config::BucketKey bucket_key(config::Level level, std::string_view limit, std::string_view subject);
 
 /// The tenant-level charges (amount 0) whose state GET /admin/tenants/{id} shows.
 std::vector<config::Charge> tenant_charges(const config::TenantConfig& tenant);

@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "tokengate/config/config.hpp"
+#include "tokengate/core/inline_string.hpp"
 
 namespace tokengate::config {
 
@@ -25,10 +26,14 @@ struct Amounts {
     }
 };
 
+/// "<level>:<limit name>:<subject>": built for every charge of every request, so held inline
+/// (an IPv6 subject or a long limit name still fits in 95 bytes).
+using BucketKey = core::InlineString<95>;
+
 struct Charge {
     const LimitSpec* spec = nullptr;
     Level level = Level::tenant;
-    std::string key;                         // the bucket's identity: "<level>:<limit name>:<subject>"
+    BucketKey key;                           // the bucket's identity: "<level>:<limit name>:<subject>"
     double amount = 1;                       // the request's Amounts in the limit's unit (1 for requests)
     std::string_view tenant;                 // for fair queueing; points into the config snapshot
     Priority priority = Priority::standard;  // the tenant's class, served in that order by a shaping queue

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string_view>
 
 namespace tokengate::core {
@@ -23,5 +24,12 @@ inline std::uint64_t hash_bytes(std::string_view key, std::uint64_t seed = 0) {
     h = (h ^ tail) * 0x94D049BB133111EBull;
     return h ^ (h >> 29);
 }
+
+/// std::hash of a string view, marked transparent: a std::string-keyed table (with
+/// std::equal_to<>) is looked up by a view or an InlineString without building a std::string.
+struct StringViewHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view key) const { return std::hash<std::string_view>{}(key); }
+};
 
 }  // namespace tokengate::core

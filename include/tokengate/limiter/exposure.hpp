@@ -15,6 +15,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tokengate/core/hash.hpp"
+
 namespace tokengate::limiter {
 
 class Exposure {
@@ -43,7 +45,7 @@ public:
     Exposure& operator=(const Exposure&) = delete;
 
     /// What answers in flight may still charge to this bucket (its charge key).
-    double of(const std::string& key) const;
+    double of(std::string_view key) const;
     /// Decides and holds in one step, so two answers never both count on the same room:
     /// `take(free, i)` is offered the least over the buckets of remaining[i] − of(keys[i]) (i is
     /// that bucket) and returns the amount to hold against every one of them (≤ 0: none).
@@ -58,7 +60,7 @@ private:
         std::size_t answers = 0;  // the last one out erases the entry, leaving no rounding behind
     };
     mutable std::mutex mutex_;
-    std::unordered_map<std::string, Held> held_;
+    std::unordered_map<std::string, Held, core::StringViewHash, std::equal_to<>> held_;
 };
 
 }  // namespace tokengate::limiter

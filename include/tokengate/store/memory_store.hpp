@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tokengate/core/clock.hpp"
+#include "tokengate/core/hash.hpp"
 #include "tokengate/limiter/decision.hpp"
 #include "tokengate/limiter/quota.hpp"
 #include "tokengate/store/snapshot.hpp"
@@ -84,11 +85,11 @@ private:
     };
     struct Shard {
         mutable std::mutex mutex;
-        std::unordered_map<std::string, Bucket> buckets;
+        std::unordered_map<std::string, Bucket, core::StringViewHash, std::equal_to<>> buckets;
     };
     static constexpr std::size_t k_shards = 64;
 
-    std::size_t shard_of(const std::string& key) const;
+    std::size_t shard_of(std::string_view key) const;
     /// The spec this store enforces for `spec`: itself, or its share while standing in.
     const config::LimitSpec& effective(const config::LimitSpec& spec, config::LimitSpec& share) const;
     Bucket& find_or_create(Shard& shard, const limiter::Charge& charge, core::Nanos now, core::Nanos unix_now);

@@ -41,7 +41,7 @@ Result<limiter::Exposure::Hold> bound_answer(const config::CostConfig& cost, Adm
     std::vector<std::string> keys;
     std::vector<double> remaining;
     for (auto i : buckets) {
-        keys.push_back(admitted.charges[i].key);
+        keys.emplace_back(admitted.charges[i].key);
         remaining.push_back(decision.statuses[i].verdict.remaining);
     }
     const auto& summary = admitted.summary;

@@ -15,7 +15,7 @@ void keep_subject(const StageServices& s, const Runtime& runtime, const Admitted
     std::vector<std::string> keys;
     for (const auto& spec : tenant.limits)
         if (spec.per_subject)
-            keys.push_back(
+            keys.emplace_back(
                 classify::bucket_key(config::Level::tenant, spec.name, classify::subject_of(tenant.id, *pushed_out)));
     s.store.forget(keys);
 }
