@@ -16,8 +16,8 @@ bool any_glob(const std::vector<std::string>& patterns, std::string_view text) {
     return false;
 }
 
-void add_level(std::vector<config::Charge>& out, const std::vector<config::LimitSpec>& specs, Level level,
-               std::string_view subject, const RequestFacts& facts) {
+void add_level(config::Charges& out, const std::vector<config::LimitSpec>& specs, Level level, std::string_view subject,
+               const RequestFacts& facts) {
     for (const auto& spec : specs) {
         if (!limit_applies(spec, facts.model)) continue;
         if (spec.per_subject && !facts.subject) continue;
@@ -78,8 +78,8 @@ std::optional<std::size_t> match_route(const config::GatewayConfig& config, std:
     return std::nullopt;
 }
 
-std::vector<config::Charge> applicable_limits(const config::GatewayConfig& config, const RequestFacts& facts) {
-    std::vector<config::Charge> out;
+config::Charges applicable_limits(const config::GatewayConfig& config, const RequestFacts& facts) {
+    config::Charges out;
     const auto& tenant = *facts.tenant;
     out.reserve(tenant.limits.size() + config.ip_limits.size() + config.routes[facts.route].limits.size() +
                 config.global_limits.size());

@@ -21,15 +21,4 @@ void resolve(Decision& decision) {
     for (auto& s : decision.statuses) s.charged = decision.allowed && s.verdict.admitted;
 }
 
-std::vector<Charge> charged(std::span<const Charge> charges, const Decision& decision) {
-    std::vector<Charge> out;
-    out.reserve(charges.size());
-    for (std::size_t i = 0; i < charges.size(); ++i)
-        if (decision.statuses[i].charged) {
-            out.push_back(charges[i]);
-            out.back().window = decision.statuses[i].window;  // a quota settles in the window it was charged in
-        }
-    return out;
-}
-
 }  // namespace tokengate::limiter

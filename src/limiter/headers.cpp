@@ -72,8 +72,8 @@ constexpr UnitNames k_anthropic_tokens_names{"anthropic-ratelimit-tokens-limit",
 
 /// The tightest limit counting `unit` with its limit and remaining; its reset as `reset`
 /// says: OpenAI's duration, or Anthropic's RFC 3339 instant.
-template <typename Reset>
-void add_unit_set(std::vector<HeaderField>& out, const Decision& d, Unit unit, const UnitNames& names, Reset reset) {
+template <typename Out, typename Reset>
+void add_unit_set(Out& out, const Decision& d, Unit unit, const UnitNames& names, Reset reset) {
     // A token quota belongs with the token (cost unit) headers, a request quota with the requests'.
     auto counts = [&](const LimitStatus& s) {
         return s.spec->unit == unit || (unit == Unit::cost && s.spec->unit == Unit::tokens && is_quota(s));
@@ -125,8 +125,9 @@ std::string openai_duration(Nanos duration) {
     return out + seconds + "s";
 }
 
-std::vector<HeaderField> rate_limit_headers(const Decision& d, Nanos unix_now, bool anthropic) {
-    std::vector<HeaderField> out;
+template <typename Out>
+Out rate_limit_headers(const Decision& d, Nanos unix_now, bool anthropic) {
+    Out out;
     out.reserve(anthropic ? 19 : 13);  // 5 X-RateLimit/RateLimit, 3 per unit and dialect, Retry-After, retry-after-ms
     std::optional<std::size_t> main =
         d.rejected >= 0 ? std::optional<std::size_t>(d.rejected) : tightest(d, [](const LimitStatus&) { return true; });
@@ -140,11 +141,14 @@ std::vector<HeaderField> rate_limit_headers(const Decision& d, Nanos unix_now, b
         // A quota resets at its window's end exactly (the decision's clock read is not this one).
         auto reset_at = is_quota(s) ? s.window.end : unix_now + s.verdict.until_full;
         out.push_back({"X-RateLimit-Reset", std::to_string(ceil_seconds(reset_at))});
-        std::string policy = "\"" + name + "\";q=" + limit;
-        if (is_rate(s) || is_quota(s)) policy += ";w=" + std::to_string(window_seconds(s));
-        out.push_back({"RateLimit-Policy", policy});
-        out.push_back({"RateLimit",
-                       "\"" + name + "\";r=" + remaining + ";t=" + std::to_string(ceil_seconds(s.verdict.until_full))});
+        HeaderField policy{"RateLimit-Policy", "\""};
+        policy.value.append(name).append("\";q=").append(limit);
+        if (is_rate(s) || is_quota(s)) policy.value.append(";w=").append(std::to_string(window_seconds(s)));
+        out.push_back(std::move(policy));
+        HeaderField state{"RateLimit", "\""};
+        state.value.append(name).append("\";r=").append(remaining).append(";t=").append(
+            std::to_string(ceil_seconds(s.verdict.until_full)));
+        out.push_back(std::move(state));
     }
     auto duration = [](const LimitStatus& s) { return openai_duration(s.verdict.until_full); };
     add_unit_set(out, d, Unit::requests, k_requests_names, duration);
@@ -168,6 +172,9 @@ std::vector<HeaderField> rate_limit_headers(const Decision& d, Nanos unix_now, b
     if (!d.allowed && d.rejected >= 0 && is_quota(d.statuses[d.rejected])) out.push_back({"x-should-retry", "false"});
     return out;
 }
+
+template std::vector<HeaderField> rate_limit_headers(const Decision&, Nanos, bool);
+template HeaderFields rate_limit_headers(const Decision&, Nanos, bool);
 
 namespace {
 

@@ -313,7 +313,8 @@ Response explain(Services& services, const Runtime& rt, const pipeline::Admitted
         limits.push_back(l);
     }
     json headers = json::object();
-    for (const auto& h : limiter::rate_limit_headers(decision, services.clock.unix_now())) headers[h.name] = h.value;
+    for (const auto& h : limiter::rate_limit_headers(decision, services.clock.unix_now()))
+        headers[h.name] = h.value.str();
     const auto& cfg = *rt.config;
     json out = {{"tenant", a.principal.tenant->id},
                 {"subject", a.principal.subject.empty() ? json(nullptr) : json(a.principal.subject)},

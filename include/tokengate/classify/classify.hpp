@@ -31,7 +31,7 @@ struct RequestFacts {
 std::string subject_of(std::string_view tenant, std::string_view end_user);
 
 /// Every limit that applies to a request, at every level, as charges to decide on at once.
-std::vector<config::Charge> applicable_limits(const config::GatewayConfig& config, const RequestFacts& facts);
+config::Charges applicable_limits(const config::GatewayConfig& config, const RequestFacts& facts);
 
 /// A bucket's identity in every store: "<level>:<limit name>:<subject>" (the tenant id, the
 /// client IP, the route path, or "*").

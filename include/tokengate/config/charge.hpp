@@ -1,5 +1,7 @@
 #pragma once
 
+#include <boost/container/small_vector.hpp>
+
 #include <string>
 #include <string_view>
 
@@ -39,5 +41,8 @@ struct Charge {
     Priority priority = Priority::standard;  // the tenant's class, served in that order by a shaping queue
     core::CalendarWindow window = {};        // quota: the window the store charged (filled by the decision)
 };
+
+/// A request's charges, held inline: a request meets a handful of limits (SPEC §19).
+using Charges = boost::container::small_vector<Charge, 6>;
 
 }  // namespace tokengate::config

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <boost/container/small_vector.hpp>
+
 #include <functional>
 #include <span>
 #include <string>
@@ -45,12 +47,12 @@ enum class Keeper : std::uint8_t {
 /// The outcome of checking every applicable limit at once.
 struct Decision {
     bool allowed = true;
-    int rejected = -1;                  // index of the enforced limit that refused (the longest wait)
-    core::Nanos retry_after = 0;        // refused: until the request could pass; -1 if it never can
-    std::vector<LimitStatus> statuses;  // parallel to the charges
-    Keeper keeper = Keeper::none;       // where the charges were taken
-    std::string lease;                  // identifies the request's concurrency slots in that store
-    bool unavailable = false;           // the shared store failed and on_error is fail_closed
+    int rejected = -1;            // index of the enforced limit that refused (the longest wait)
+    core::Nanos retry_after = 0;  // refused: until the request could pass; -1 if it never can
+    boost::container::small_vector<LimitStatus, 6> statuses;  // parallel to the charges
+    Keeper keeper = Keeper::none;                             // where the charges were taken
+    std::string lease;         // identifies the request's concurrency slots in that store
+    bool unavailable = false;  // the shared store failed and on_error is fail_closed
 
     bool never() const { return !allowed && retry_after < 0; }
     /// Admitted into a shaping queue: the request starts later, or when its ticket comes up.
@@ -64,8 +66,18 @@ struct Decision {
 /// Fills allowed / rejected / retry_after from verdicts already in `decision.statuses`.
 void resolve(Decision& decision);
 
-/// Returns the charges a decision actually took, for settlement.
-std::vector<Charge> charged(std::span<const Charge> charges, const Decision& decision);
+/// Returns the charges a decision actually took, for settlement (a permit keeps them inline).
+template <typename Out = std::vector<Charge>>
+Out charged(std::span<const Charge> charges, const Decision& decision) {
+    Out out;
+    out.reserve(charges.size());
+    for (std::size_t i = 0; i < charges.size(); ++i)
+        if (decision.statuses[i].charged) {
+            out.push_back(charges[i]);
+            out.back().window = decision.statuses[i].window;  // a quota settles in the window it was charged in
+        }
+    return out;
+}
 
 /// Whether settlement changes this charge: a concurrency slot to release, or a rate bucket or
 /// quota whose actual amount differs from the reservation (requests are counted as they come).

@@ -1,24 +1,34 @@
 #pragma once
 
+#include <boost/container/small_vector.hpp>
+
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "tokengate/core/inline_string.hpp"
 #include "tokengate/limiter/decision.hpp"
 
 namespace tokengate::limiter {
 
 struct HeaderField {
-    std::string_view name;  // always a literal: a request's dozen names cost no allocation
-    std::string value;
+    std::string_view name;         // always a literal: a request's dozen names cost no allocation
+    core::InlineString<63> value;  // and their values none either, unless one is over 63 bytes
 };
 
 /// Every rate-limit header of SPEC §6/§10 for a decision, describing the state right after
 /// admission: X-RateLimit-*, IETF RateLimit-Policy/RateLimit, OpenAI x-ratelimit-*-requests /
 /// -tokens, and Retry-After on a refusal that could ever pass. `anthropic` adds Anthropic's
 /// anthropic-ratelimit-requests-* / -tokens-* (SPEC §20: reset as an RFC 3339 instant).
-std::vector<HeaderField> rate_limit_headers(const Decision& decision, core::Nanos unix_now, bool anthropic = false);
+/// Out: a std::vector, or HeaderFields (inline) on the request path.
+template <typename Out = std::vector<HeaderField>>
+Out rate_limit_headers(const Decision& decision, core::Nanos unix_now, bool anthropic = false);
+
+/// A response's rate-limit headers, held inline: a dozen, 19 at most (SPEC §19).
+using HeaderFields = boost::container::small_vector<HeaderField, 13>;
+extern template std::vector<HeaderField> rate_limit_headers(const Decision&, core::Nanos, bool);
+extern template HeaderFields rate_limit_headers(const Decision&, core::Nanos, bool);
 
 /// OpenAI-style duration, rounded up to the millisecond: "12ms", "1s", "1.5s", "6m0s", "1h2m3s".
 std::string openai_duration(core::Nanos duration);

@@ -29,7 +29,7 @@ struct Admitted {
     const cost::Tokenizer* tokenizer = nullptr;  // what counted its input; null: the heuristic
     OutputReservation output;                    // the output the pre-charge holds (SPEC §12)
     config::Amounts reserved;                    // the pre-charge: estimated input, reserved output
-    std::vector<limiter::Charge> charges;
+    config::Charges charges;
 };
 
 /// What admission reads from the request.

@@ -22,7 +22,7 @@ bool replaced_in_response(http::field, std::string_view name) {
            beast::iequals(name, "x-request-id");
 }
 
-Rejection no_upstream(std::vector<limiter::HeaderField> headers) {
+Rejection no_upstream(limiter::HeaderFields headers) {
     return {http::status::bad_gateway,
             "server_error",
             "upstream_unavailable",
@@ -49,7 +49,8 @@ Exchanged conclude(const ExchangeRequest& in, const proxy::ForwardResult& result
         case proxy::ForwardOutcome::upstream_timeout:
             end.upstream_failed = true;
             out.keep_alive = in.client.keep_alive;
-            out.rejection = upstream_failed(result.outcome == proxy::ForwardOutcome::upstream_timeout, in.headers);
+            out.rejection = upstream_failed(result.outcome == proxy::ForwardOutcome::upstream_timeout,
+                                            {in.headers.begin(), in.headers.end()});
             break;
         case proxy::ForwardOutcome::upstream_broken:
         case proxy::ForwardOutcome::retry_elsewhere: break;  // (exchange tries the next upstream instead)
@@ -156,7 +157,7 @@ net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
     if (!index) {
         Exchanged none;
         none.keep_alive = in.client.keep_alive;
-        none.rejection = no_upstream(in.headers);
+        none.rejection = no_upstream({in.headers.begin(), in.headers.end()});
         co_return none;
     }
     // A stream's usage arrives only if asked for: ask on the client's behalf, and hide the

@@ -8,6 +8,7 @@
 #include <boost/beast/http/string_body.hpp>
 
 #include <optional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -33,7 +34,7 @@ struct ExchangeRequest {
     http::request<http::string_body>& request;  // its body moves upstream
     const proxy::NormalizedTarget& target;
     proxy::ClientOrigin origin;
-    const std::vector<limiter::HeaderField>& headers;  // added to the client's response head
+    std::span<const limiter::HeaderField> headers;  // added to the client's response head
     proxy::ClientSide client;
     proxy::ExchangeWatch& watch;
     LiveBudget* live = nullptr;  // stop_at_budget: what the stream has paid for, charged as it goes

@@ -12,7 +12,7 @@ namespace tokengate::server::pipeline {
 namespace {
 
 // Built outside the coroutines (GCC 12 cannot lower initializer lists inside them).
-std::vector<limiter::HeaderField> retry_in_a_second() { return {{"Retry-After", "1"}}; }
+limiter::HeaderFields retry_in_a_second() { return {{"Retry-After", "1"}}; }
 
 Rejection store_unavailable() {
     return {http::status::service_unavailable,
@@ -27,7 +27,7 @@ Rejection store_unavailable() {
 }  // namespace
 
 Rejection refused(const limiter::Decision& decision, std::span<const limiter::Charge> charges,
-                  std::vector<limiter::HeaderField> headers) {
+                  limiter::HeaderFields headers) {
     auto why = limiter::describe_rejection(decision, charges);
     const auto& s = decision.statuses[decision.rejected];
     return {http::status::too_many_requests,
@@ -72,7 +72,7 @@ Permit::Permit(store::Store& store, limiter::Decision decision, std::span<const 
                const config::Amounts& reserved, GatewayMetrics& metrics, std::string_view tenant)
     : store_(&store),
       decision_(std::move(decision)),
-      charged_(limiter::charged(charges, decision_)),
+      charged_(limiter::charged<config::Charges>(charges, decision_)),
       reserved_(reserved),
       metrics_(&metrics),
       tenant_(tenant) {}
@@ -153,7 +153,8 @@ net::awaitable<Result<Permit>> limit(store::Store& store, Admitted& admitted, co
             }
             decision = std::move(again);
         }
-    auto headers = limiter::rate_limit_headers(decision, clock.unix_now(), admitted.summary.anthropic());
+    auto headers =
+        limiter::rate_limit_headers<limiter::HeaderFields>(decision, clock.unix_now(), admitted.summary.anthropic());
     observe(decision, tenant, metrics);
     if (seen) seen->decided(decision);
     if (!decision.allowed) {

@@ -56,8 +56,8 @@ public:
     bool settled() const { return done_; }
     const limiter::Decision& decision() const { return decision_; }
     /// The rate-limit headers every answer to this request carries (SPEC §6).
-    const std::vector<limiter::HeaderField>& headers() const { return headers_; }
-    void set_headers(std::vector<limiter::HeaderField> headers) { headers_ = std::move(headers); }
+    const limiter::HeaderFields& headers() const { return headers_; }
+    void set_headers(limiter::HeaderFields headers) { headers_ = std::move(headers); }
     /// Shaping: waits for the request's turn in every queue. Unless it started (the client
     /// left, or a queue displaced it) the permit is settled at 0: nothing was forwarded.
     net::awaitable<store::TurnResult> wait_turn(store::Store& store, const core::Clock& clock,
@@ -69,11 +69,11 @@ private:
 
     store::Store* store_;  // the one that decided: it settles
     limiter::Decision decision_;
-    std::vector<limiter::Charge> charged_;
+    config::Charges charged_;
     config::Amounts reserved_;
     GatewayMetrics* metrics_;
     std::string_view tenant_;  // lives in the config snapshot the request holds
-    std::vector<limiter::HeaderField> headers_;
+    limiter::HeaderFields headers_;
     limiter::Exposure::Hold exposure_;
     bool done_ = false;
 };
@@ -90,7 +90,7 @@ net::awaitable<Result<Permit>> limit(store::Store& store, Admitted& admitted, co
 
 /// The 429 for a refused decision, with its headers (SPEC §6).
 Rejection refused(const limiter::Decision& decision, std::span<const limiter::Charge> charges,
-                  std::vector<limiter::HeaderField> headers);
+                  limiter::HeaderFields headers);
 
 /// The 429 for a request a shaping queue displaced while it waited (SPEC §13).
 Rejection displaced(const limiter::Charge& queue);

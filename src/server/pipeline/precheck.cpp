@@ -54,7 +54,8 @@ net::awaitable<Result<std::uint64_t>> precheck(store::Store& store, const Runtim
     if (status.unavailable) co_return k_no_limit;
     if (!status.allowed) {
         bool anthropic = cost::is_anthropic(cost::endpoint_for_path(in.target.path));
-        co_return refused(status, charges, limiter::rate_limit_headers(status, clock.unix_now(), anthropic));
+        co_return refused(status, charges,
+                          limiter::rate_limit_headers<limiter::HeaderFields>(status, clock.unix_now(), anthropic));
     }
     co_return count_limit(cfg.cost, factor, charges, status);
 }

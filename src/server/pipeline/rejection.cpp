@@ -19,7 +19,7 @@ Rejection shutting_down() {
             {}};
 }
 
-Rejection upstream_failed(bool timeout, std::vector<limiter::HeaderField> headers) {
+Rejection upstream_failed(bool timeout, limiter::HeaderFields headers) {
     if (timeout)
         return {http::status::gateway_timeout,
                 "server_error",

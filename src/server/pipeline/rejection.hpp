@@ -23,8 +23,8 @@ struct Rejection {
     std::string type;  // the OpenAI error type
     std::string code;
     std::string message;
-    std::vector<limiter::HeaderField> headers;  // rate-limit headers, Retry-After
-    std::string_view level;                     // a limit's refusal: its level and name, for metrics and the log
+    limiter::HeaderFields headers;  // rate-limit headers, Retry-After
+    std::string_view level;         // a limit's refusal: its level and name, for metrics and the log
     std::string_view limit;
 };
 
@@ -40,6 +40,6 @@ std::string render(const Rejection& rejection, unsigned version, bool keep_alive
 
 /// The fixed refusals that need no stage's state.
 Rejection shutting_down();
-Rejection upstream_failed(bool timeout, std::vector<limiter::HeaderField> headers);
+Rejection upstream_failed(bool timeout, limiter::HeaderFields headers);
 
 }  // namespace tokengate::server::pipeline
