@@ -16,6 +16,13 @@ bool any_glob(const std::vector<std::string>& patterns, std::string_view text) {
     return false;
 }
 
+/// A `per: subject` bucket's subject, "<tenant>/<end user>" or "<tenant>/(none)", appended to
+/// `out`: a std::string (subject_of) or a charge's inline key.
+template <typename Text>
+void append_subject(Text& out, std::string_view tenant, std::string_view end_user) {
+    out.append(tenant).append("/").append(end_user.empty() ? std::string_view("(none)") : end_user);
+}
+
 void add_level(config::Charges& out, const std::vector<config::LimitSpec>& specs, Level level, std::string_view subject,
                const RequestFacts& facts) {
     for (const auto& spec : specs) {
@@ -24,9 +31,8 @@ void add_level(config::Charges& out, const std::vector<config::LimitSpec>& specs
         config::Charge c;
         c.spec = &spec;
         c.level = level;
-        c.key = bucket_key(level, spec.name, subject);
-        if (spec.per_subject)  // "<tenant>/<end user>", as subject_of spells it
-            c.key.append("/").append(facts.subject->empty() ? std::string_view("(none)") : *facts.subject);
+        c.key = bucket_key(level, spec.name, spec.per_subject ? std::string_view() : subject);
+        if (spec.per_subject) append_subject(c.key, subject, *facts.subject);
         c.amount = facts.reserved.in(spec.unit);
         c.tenant = facts.tenant_id;
         c.priority = facts.priority;
@@ -45,7 +51,7 @@ config::BucketKey bucket_key(Level level, std::string_view limit, std::string_vi
 std::string subject_of(std::string_view tenant, std::string_view end_user) {
     std::string s;
     s.reserve(tenant.size() + 1 + std::max<std::size_t>(end_user.size(), 6));
-    s.append(tenant).append("/").append(end_user.empty() ? std::string_view("(none)") : end_user);
+    append_subject(s, tenant, end_user);
     return s;
 }
 
