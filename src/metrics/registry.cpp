@@ -14,11 +14,11 @@ namespace {
 /// One label value's part of a series key (the index's and the per-thread caches' alike).
 void append_key_part(std::string& key, std::string_view value) { key.append(bounded_label(value)).push_back('\x1f'); }
 
-/// The series key of a label set, behind the family's id, built in a per-thread buffer:
-/// updates run on every request.
-std::string_view join(std::uint64_t family, std::initializer_list<std::string_view> labels) {
+/// The index's key of a label set, built in a per-thread buffer: for a series' first update on
+/// a thread and for reads, not for every update.
+std::string_view join(std::initializer_list<std::string_view> labels) {
     thread_local std::string key;
-    key.assign(reinterpret_cast<const char*>(&family), sizeof family);
+    key.clear();
     for (auto l : labels) append_key_part(key, l);
     return key;
 }
@@ -72,37 +72,56 @@ Family::Family(std::string name, std::string help, Kind kind, std::vector<std::s
 
 namespace {
 
-/// The per-thread index from a series key (family id + label values) to its series: open
-/// addressing over one flat array, keyed by a word-at-a-time hash. std::unordered_map with
-/// std::hash cost more than the update it served (a request makes a dozen).
+/// The per-thread index from a family and a label set to its series: open addressing over one
+/// flat array. A lookup hashes and compares the label values where they are, so an update
+/// builds no key (a request makes a dozen).
 class SeriesCache {
 public:
-    void* find(std::string_view key, std::uint64_t hash) const {
+    using Labels = std::initializer_list<std::string_view>;
+    static std::uint64_t hash(std::uint64_t family, Labels labels) {
+        std::uint64_t h = family;
+        for (auto l : labels) h = core::hash_bytes(bounded_label(l), h);
+        return h;
+    }
+    void* find(std::uint64_t family, Labels labels, std::uint64_t hash) const {
         if (slots_.empty()) return nullptr;
         for (std::size_t i = hash & mask();; i = (i + 1) & mask()) {
             const auto& slot = slots_[i];
             if (!slot.target) return nullptr;
-            if (slot.hash == hash && slot.key == key) return slot.target;
+            if (slot.hash == hash && slot.family == family && same_labels(slot.key, labels)) return slot.target;
         }
     }
-    void insert(std::string_view key, std::uint64_t hash, void* target) {
+    /// `key`: the labels joined as the family's index joins them.
+    void insert(std::uint64_t family, std::string_view key, std::uint64_t hash, void* target) {
         // Entries of families that are gone stay until the cache is dropped (tests build many).
         if (used_ >= (1u << 16)) {
             slots_.clear();
             used_ = 0;
         }
         if ((used_ + 1) * 2 > slots_.size()) grow();
-        place(Slot{hash, std::string(key), target});
+        place(Slot{hash, family, std::string(key), target});
         ++used_;
     }
-    static std::uint64_t hash(std::string_view key) { return core::hash_bytes(key); }
 
 private:
     struct Slot {
         std::uint64_t hash = 0;
+        std::uint64_t family = 0;
         std::string key;
         void* target = nullptr;
     };
+    /// Whether `key` is `labels` joined (each bounded, each followed by the separator).
+    static bool same_labels(std::string_view key, Labels labels) {
+        std::size_t at = 0;
+        for (auto l : labels) {
+            auto part = bounded_label(l);
+            if (key.size() - at < part.size() + 1 || key.compare(at, part.size(), part) != 0 ||
+                key[at + part.size()] != '\x1f')
+                return false;
+            at += part.size() + 1;
+        }
+        return at == key.size();
+    }
     std::size_t mask() const { return slots_.size() - 1; }
     void place(Slot slot) {
         std::size_t i = slot.hash & mask();
@@ -129,11 +148,11 @@ void Family::show(Series& s) {
 
 Family::Series& Family::series(std::initializer_list<std::string_view> labels) {
     thread_local SeriesCache cache;
-    auto key = join(id_, labels);
-    auto hash = SeriesCache::hash(key);
-    if (auto* found = cache.find(key, hash)) return *static_cast<Series*>(found);
-    auto& s = find_or_create(key.substr(sizeof id_), labels);
-    cache.insert(key, hash, &s);
+    auto hash = SeriesCache::hash(id_, labels);
+    if (auto* found = cache.find(id_, labels, hash)) return *static_cast<Series*>(found);
+    auto key = join(labels);
+    auto& s = find_or_create(key, labels);
+    cache.insert(id_, key, hash, &s);
     return s;
 }
 
@@ -210,7 +229,7 @@ void Family::clear() {
 }
 
 double Family::value(std::initializer_list<std::string_view> labels) const {
-    auto key = join(id_, labels).substr(sizeof id_);
+    auto key = join(labels);
     std::lock_guard lock(mutex_);
     auto it = index_.find(key);
     if (it == index_.end() || !it->second->visible.load(std::memory_order_relaxed)) return 0;
