@@ -55,15 +55,15 @@ ForwardOutcome after_relay(const Relayed& relayed, bool client_gone, unsigned st
 
 }  // namespace
 
-std::string client_head(const http::response_parser<http::buffer_body>& parser, RelayOptions& options, bool& chunked,
-                        const ForwardHooks& hooks) {
+core::RecycledString client_head(const UpstreamResponseParser& parser, RelayOptions& options, bool& chunked,
+                                 const ForwardHooks& hooks) {
     const auto& response = parser.get();
     chunked = false;
     if (!parser.is_done() && !parser.content_length()) {
         if (options.version >= 11) chunked = true;  // re-framed: the upstream's framing is hop-by-hop
         else options.keep_alive = false;            // HTTP/1.0: the body ends when the connection closes
     }
-    std::string head;
+    core::RecycledString head;
     head.reserve(1024);
     wire::status_line(head, options.version, response.result_int(), response.reason());
     wire::forwardable_fields(head, response.base(), hooks.replaced);
@@ -89,7 +89,7 @@ net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& heal
     };
 
     std::unique_ptr<UpstreamConnection> conn;
-    std::optional<http::response_parser<http::buffer_body>> parser;
+    std::optional<UpstreamResponseParser> parser;
     for (int attempt = 0;; ++attempt) {
         auto acquired = co_await pool.acquire(attempt > 0);
         result.tls.count(acquired.handshake);

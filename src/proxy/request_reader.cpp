@@ -116,7 +116,7 @@ RequestError RequestReader::check_head() const {
     return RequestError::none;
 }
 
-http::request<http::string_body> RequestReader::release() {
+ClientRequest RequestReader::release() {
     auto message = parser_.release();
     if (message.chunked()) {
         // Trailer fields came after the body; they are not part of the head that goes on.

@@ -49,13 +49,6 @@ bool already_normal(std::string_view path) {
 
 }  // namespace
 
-void NormalizedTarget::append_to(std::string& out) const {
-    out.append(path);
-    if (query.empty()) return;
-    out.push_back('?');
-    out.append(query);
-}
-
 std::string NormalizedTarget::text() const {
     std::string out;
     append_to(out);

@@ -2,6 +2,7 @@
 
 #include <boost/beast/core/string.hpp>
 
+#include "tokengate/proxy/message.hpp"
 #include "tokengate/proxy/wire.hpp"
 
 namespace tokengate::proxy {
@@ -32,9 +33,10 @@ bool replaced_from_untrusted_peer(http::field id, std::string_view name) {
 
 }  // namespace
 
-UpstreamRequest make_upstream_request(const http::request_header<>& client, const NormalizedTarget& target,
+template <class Fields>
+UpstreamRequest make_upstream_request(const http::request_header<Fields>& client, const NormalizedTarget& target,
                                       const config::UpstreamConfig& upstream, const ClientOrigin& from,
-                                      std::string body) {
+                                      core::RecycledString body) {
     UpstreamRequest up;
     auto& head = up.head;
     head.reserve(1024);
@@ -64,5 +66,12 @@ UpstreamRequest make_upstream_request(const http::request_header<>& client, cons
     up.body = std::move(body);
     return up;
 }
+
+template UpstreamRequest make_upstream_request(const http::request_header<Fields>&, const NormalizedTarget&,
+                                               const config::UpstreamConfig&, const ClientOrigin&,
+                                               core::RecycledString);
+template UpstreamRequest make_upstream_request(const http::request_header<http::fields>&, const NormalizedTarget&,
+                                               const config::UpstreamConfig&, const ClientOrigin&,
+                                               core::RecycledString);
 
 }  // namespace tokengate::proxy

@@ -1,5 +1,7 @@
 #include "tokengate/proxy/wire.hpp"
 
+#include "tokengate/proxy/message.hpp"
+
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/status.hpp>
 #include <boost/container/small_vector.hpp>
@@ -11,14 +13,16 @@ namespace tokengate::proxy::wire {
 
 namespace {
 
-void append_number(std::string& out, std::size_t n) {
+template <class Out>
+void append_number(Out& out, std::size_t n) {
     char digits[24];
     auto end = std::to_chars(digits, digits + sizeof digits, n).ptr;
     out.append(digits, end);
 }
 
 /// The field names that the Connection fields list, read once per head.
-boost::container::small_vector<std::string_view, 8> connection_tokens(const http::fields& fields) {
+template <class Fields>
+boost::container::small_vector<std::string_view, 8> connection_tokens(const Fields& fields) {
     boost::container::small_vector<std::string_view, 8> tokens;
     auto [first, last] = fields.equal_range(http::field::connection);
     for (auto it = first; it != last; ++it) {
@@ -53,7 +57,8 @@ bool standard_hop_by_hop(http::field id) {
 
 }  // namespace
 
-void status_line(std::string& out, unsigned version, unsigned status, std::string_view reason) {
+template <class Out>
+void status_line(Out& out, unsigned version, unsigned status, std::string_view reason) {
     out.append(version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ");
     append_number(out, status);
     out.push_back(' ');
@@ -62,22 +67,26 @@ void status_line(std::string& out, unsigned version, unsigned status, std::strin
     out.append(k_crlf);
 }
 
-void field(std::string& out, std::string_view name, std::string_view value) {
+template <class Out>
+void field(Out& out, std::string_view name, std::string_view value) {
     out.append(name).append(": ").append(value).append(k_crlf);
 }
 
-void connection(std::string& out, unsigned version, bool keep_alive) {
+template <class Out>
+void connection(Out& out, unsigned version, bool keep_alive) {
     if (version >= 11 && !keep_alive) out.append("Connection: close\r\n");
     else if (version < 11 && keep_alive) out.append("Connection: keep-alive\r\n");
 }
 
-void content_length(std::string& out, std::size_t length) {
+template <class Out>
+void content_length(Out& out, std::size_t length) {
     out.append("Content-Length: ");
     append_number(out, length);
     out.append(k_crlf);
 }
 
-void forwardable_fields(std::string& out, const http::fields& fields, FieldFilter replaced) {
+template <class Out, class Allocator>
+void forwardable_fields(Out& out, const http::basic_fields<Allocator>& fields, FieldFilter replaced) {
     auto named = connection_tokens(fields);
     for (const auto& f : fields) {
         auto name = f.name_string();
@@ -87,6 +96,18 @@ void forwardable_fields(std::string& out, const http::fields& fields, FieldFilte
         field(out, name, f.value());
     }
 }
+
+// The heads the gateway writes: std::string, or a recycled one on the request path.
+#define TOKENGATE_WIRE_FOR(Out)                                               \
+    template void status_line(Out&, unsigned, unsigned, std::string_view);    \
+    template void field(Out&, std::string_view, std::string_view);            \
+    template void connection(Out&, unsigned, bool);                           \
+    template void content_length(Out&, std::size_t);                          \
+    template void forwardable_fields(Out&, const http::fields&, FieldFilter); \
+    template void forwardable_fields(Out&, const Fields&, FieldFilter);
+TOKENGATE_WIRE_FOR(std::string)
+TOKENGATE_WIRE_FOR(core::RecycledString)
+#undef TOKENGATE_WIRE_FOR
 
 std::string_view chunk_size_line(std::size_t size, char (&buffer)[24]) {
     auto end = std::to_chars(buffer, buffer + 20, size, 16).ptr;

@@ -157,7 +157,7 @@ private:
         Nanos idle_timeout = 0;
         /// Read only when refusing (a Messages request's refusals are Anthropic's): the
         /// forwarded request's path pays no header lookup for it.
-        const http::request_header<>* head = nullptr;
+        const proxy::ClientRequestHead* head = nullptr;
     };
 
     /// Reads until the header section is whole; false if the connection ended or timed out.
@@ -251,7 +251,7 @@ private:
     }
 
     /// SPEC §1's pipeline: admit, then the stage sequence simulate runs too (sequence.hpp).
-    net::awaitable<bool> handle(http::request<http::string_body>& req, std::shared_ptr<const Runtime> rt) {
+    net::awaitable<bool> handle(proxy::ClientRequest& req, std::shared_ptr<const Runtime> rt) {
         const auto& cfg = *rt->config;
         auto target = proxy::normalize_target(req.target());  // routes and upstreams see one spelling
         auto rec = start_record(req, target, cfg.server);
@@ -294,7 +294,7 @@ private:
     /// and an upstream.
     class SocketEnds final : public pipeline::Ends {
     public:
-        SocketEnds(Session& session, const Runtime& rt, http::request<http::string_body>& req,
+        SocketEnds(Session& session, const Runtime& rt, proxy::ClientRequest& req,
                    const proxy::NormalizedTarget& target, const pipeline::RequestRecord& rec, const Reply& reply)
             : session_(session), rt_(rt), req_(req), target_(target), rec_(rec), reply_(reply) {}
         void admitted() override { session_.start_watching(); }
@@ -317,7 +317,7 @@ private:
     private:
         Session& session_;
         const Runtime& rt_;
-        http::request<http::string_body>& req_;
+        proxy::ClientRequest& req_;
         const proxy::NormalizedTarget& target_;
         const pipeline::RequestRecord& rec_;
         const Reply& reply_;
@@ -339,8 +339,8 @@ private:
         co_return co_await net::co_spawn(*services_.pricing, price(), net::use_awaitable);
     }
 
-    pipeline::RequestRecord start_record(const http::request<http::string_body>& req,
-                                         const proxy::NormalizedTarget& target, const config::ServerConfig& server) {
+    pipeline::RequestRecord start_record(const proxy::ClientRequest& req, const proxy::NormalizedTarget& target,
+                                         const config::ServerConfig& server) {
         pipeline::RequestRecord rec;
         rec.started = services_.clock.now();
         rec.request_id = proxy::request_id_for(req["x-request-id"]);

@@ -114,7 +114,8 @@ net::awaitable<Exchange> exchange(World& w, proxy::ConnectionPool& pool, proxy::
     Exchange out;
     {
         proxy::TimedStream gateway_side(std::move(accepted));
-        proxy::UpstreamRequest request{"GET " + std::string(path) + " HTTP/1.1\r\nHost: u\r\n\r\n", ""};
+        proxy::UpstreamRequest request;
+        request.head.append("GET ").append(path).append(" HTTP/1.1\r\nHost: u\r\n\r\n");
         proxy::ExchangeWatch watch;
         proxy::ForwardHooks hooks;
         out.result = co_await proxy::forward(pool, health, request, proxy::ClientSide{gateway_side, true, 11, false},

@@ -14,12 +14,14 @@
 
 #include <array>
 #include <cstdint>
-#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
 
 #include "tokengate/core/clock.hpp"
+#include "tokengate/core/function_ref.hpp"
+#include "tokengate/core/recycled.hpp"
+#include "tokengate/proxy/message.hpp"
 #include "tokengate/proxy/timed_stream.hpp"
 #include "tokengate/proxy/wire.hpp"
 
@@ -27,16 +29,18 @@ namespace tokengate::proxy {
 
 namespace http = beast::http;
 
+/// The exchange's say in the relay. Views of callables the caller keeps (none is copied per
+/// request): each must outlive the forward.
 struct ForwardHooks {
     /// Sees the upstream's response head and appends the gateway's own fields to the head
     /// that goes to the client.
-    std::function<void(const http::response_header<>&, std::string& head)> decorate;
+    core::FunctionRef<void(const UpstreamResponseHead&, core::RecycledString& head)> decorate;
     /// Upstream response fields the gateway's own replace (not forwarded).
     wire::FieldFilter replaced = nullptr;
     /// Sees every body chunk and returns the bytes to send on: the same, or fewer (it may hold
     /// back a partial event or drop one). The view must stay valid until the next call. `last`
     /// comes with the final piece. Only a response without Content-Length may change size.
-    std::function<std::string_view(std::string_view data, bool last)> on_chunk;
+    core::FunctionRef<std::string_view(std::string_view data, bool last)> on_chunk;
     /// Asked after each piece (but the last) went to the client, and may wait (a shared budget
     /// charged on Redis): bytes to send now (events on_chunk held back), and whether the
     /// response ends with them (the upstream's rest is not read; its connection is dropped,
@@ -45,10 +49,10 @@ struct ForwardHooks {
         std::string_view bytes;
         bool end = false;
     };
-    std::function<net::awaitable<Next>()> after_piece;
+    core::FunctionRef<net::awaitable<Next>()> after_piece;
     /// Asked with the upstream's final status before anything is relayed: true turns the
     /// response away unread (the request goes to another upstream, SPEC §22's retry).
-    std::function<bool(unsigned status)> retry_elsewhere;
+    core::FunctionRef<bool(unsigned status)> retry_elsewhere;
 };
 
 struct RelayOptions {
@@ -78,19 +82,18 @@ void set_deadline(Stream&, core::Nanos) {}
 /// Builds the client's head from the upstream's: status, forwardable fields, the framing the
 /// client gets (chunked when the body has no length and the client speaks HTTP/1.1), and the
 /// hook's own fields.
-std::string client_head(const http::response_parser<http::buffer_body>& parser, RelayOptions& options, bool& chunked,
-                        const ForwardHooks& hooks);
+core::RecycledString client_head(const UpstreamResponseParser& parser, RelayOptions& options, bool& chunked,
+                                 const ForwardHooks& hooks);
 
 template <class Upstream, class Client>
-net::awaitable<Relayed> relay(Upstream& upstream, beast::flat_buffer& buffer,
-                              http::response_parser<http::buffer_body>& parser, std::span<char> chunk, Client& client,
-                              RelayOptions options, const ForwardHooks& hooks) {
+net::awaitable<Relayed> relay(Upstream& upstream, beast::flat_buffer& buffer, UpstreamResponseParser& parser,
+                              std::span<char> chunk, Client& client, RelayOptions options, const ForwardHooks& hooks) {
     constexpr auto use = net::as_tuple(net::use_awaitable);
     Relayed out;
     auto& response = parser.get();
     bool body_follows = !parser.is_done();
     bool chunked = false;
-    std::string head = client_head(parser, options, chunked, hooks);
+    auto head = client_head(parser, options, chunked, hooks);
 
     // Sends what is pending — the head if not yet sent, a body piece, the last chunk — in one
     // write: with the body bytes that came with the head (a JSON completion usually does), head

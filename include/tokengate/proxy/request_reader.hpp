@@ -2,7 +2,6 @@
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/parser.hpp>
-#include <boost/beast/http/string_body.hpp>
 
 #include <cstddef>
 #include <optional>
@@ -10,6 +9,8 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "tokengate/proxy/message.hpp"
 
 namespace tokengate::proxy {
 
@@ -52,16 +53,16 @@ public:
     bool header_done() const { return parser_.is_header_done(); }
     bool done() const { return parser_.is_done(); }
     RequestError error() const { return error_; }
-    const http::request<http::string_body>& get() const { return parser_.get(); }
+    const ClientRequest& get() const { return parser_.get(); }
     /// The finished message (call once, after `done`).
-    http::request<http::string_body> release();
+    ClientRequest release();
 
 private:
     Progress fail(RequestError e);
     Progress feed_header(boost::beast::flat_buffer& buffer);
     RequestError check_head() const;
 
-    http::request_parser<http::string_body> parser_;
+    http::request_parser<RequestBody, core::RecyclingAllocator<char>> parser_;
     std::size_t max_header_bytes_;
     std::size_t scanned_ = 0;  // bytes already searched for the header's end
     // A chunked request's head, as it was before any trailer: Beast files a trailer field next

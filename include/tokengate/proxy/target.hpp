@@ -12,7 +12,11 @@ struct NormalizedTarget {
     std::string_view query;  // verbatim, without the '?' (a view into the original target)
     std::string_view why;    // when !ok: what was wrong, for the 400
     /// Appends path, then '?' and the query if there is one.
-    void append_to(std::string& out) const;
+    template <class Out>  // std::string or core::RecycledString
+    void append_to(Out& out) const {
+        out.append(path);
+        if (!query.empty()) out.append("?").append(query);
+    }
     std::string text() const;
 };
 

@@ -6,14 +6,15 @@
 #include <string_view>
 
 #include "tokengate/config/config.hpp"
+#include "tokengate/core/recycled.hpp"
 #include "tokengate/proxy/target.hpp"
 
 namespace tokengate::proxy {
 
 /// The request as it goes upstream: its head already written out (wire.hpp), and its body.
 struct UpstreamRequest {
-    std::string head;
-    std::string body;
+    core::RecycledString head;
+    core::RecycledString body;
 };
 
 /// Who sent the request, as the upstream is told.
@@ -30,8 +31,10 @@ struct ClientOrigin {
 /// key goes instead), Host, Expect, framing and the forwarding fields the gateway sets itself
 /// (X-Forwarded-*, X-Real-IP, X-Request-Id, and Forwarded unless a trusted proxy sent it);
 /// one Content-Length framing `body`.
-UpstreamRequest make_upstream_request(const boost::beast::http::request_header<>& client,
+/// `Fields`: the gateway's (proxy::Fields) or Beast's own (instantiated in upstream_request.cpp).
+template <class Fields>
+UpstreamRequest make_upstream_request(const boost::beast::http::request_header<Fields>& client,
                                       const NormalizedTarget& target, const config::UpstreamConfig& upstream,
-                                      const ClientOrigin& from, std::string body);
+                                      const ClientOrigin& from, core::RecycledString body);
 
 }  // namespace tokengate::proxy

@@ -16,20 +16,27 @@ namespace http = boost::beast::http;
 // HTTP/1.1 message heads written straight into one contiguous string. Beast's serializer hands
 // the socket one buffer per header field (a dozen iovecs for a response with rate-limit
 // headers) and walks them through nested buffer views; one string is one copy and one iovec.
+// `Out` is std::string or, on the request path, core::RecycledString (instantiated in wire.cpp).
 
 /// "HTTP/1.1 200 OK\r\n"; an empty reason takes the standard one.
-void status_line(std::string& out, unsigned version, unsigned status, std::string_view reason = {});
+template <class Out>
+void status_line(Out& out, unsigned version, unsigned status, std::string_view reason = {});
 /// "Name: value\r\n"
-void field(std::string& out, std::string_view name, std::string_view value);
+template <class Out>
+void field(Out& out, std::string_view name, std::string_view value);
 /// The Connection field this version needs to say `keep_alive` (none when it is the default).
-void connection(std::string& out, unsigned version, bool keep_alive);
+template <class Out>
+void connection(Out& out, unsigned version, bool keep_alive);
 /// "Content-Length: n\r\n"
-void content_length(std::string& out, std::size_t length);
+template <class Out>
+void content_length(Out& out, std::size_t length);
 
 /// Appends every field of `fields` except those a proxy must not forward (RFC 9110 §7.6.1:
 /// hop-by-hop fields and those the Connection field names) and those `replaced` names.
+/// The fields are http::fields or proxy::Fields.
 using FieldFilter = bool (*)(http::field id, std::string_view name);
-void forwardable_fields(std::string& out, const http::fields& fields, FieldFilter replaced);
+template <class Out, class Allocator>
+void forwardable_fields(Out& out, const http::basic_fields<Allocator>& fields, FieldFilter replaced);
 
 /// The chunk-size line of chunked transfer coding for `size` bytes: "1a2b\r\n".
 std::string_view chunk_size_line(std::size_t size, char (&buffer)[24]);

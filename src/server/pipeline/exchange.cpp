@@ -163,47 +163,50 @@ net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
     // A stream's usage arrives only if asked for: ask on the client's behalf, and hide the
     // answer from a client that did not ask.
     bool usage_injected = summary.stream && summary.injects_stream_usage() && !summary.client_wants_usage;
-    auto body = usage_injected ? cost::with_stream_usage(in.request.body(), summary.has_stream_options)
-                               : std::move(in.request.body());
+    core::RecycledString body;
+    if (usage_injected) body = cost::with_stream_usage(in.request.body(), summary.has_stream_options);
+    else body = std::move(in.request.body());
     // SPEC §17: the upstream generates no more than was declared, even when the client named no limit.
     if (summary.sequences > 0 && (in.admitted.output.bound_lowered() || !summary.output_named))
         body = cost::with_output_limit(body, summary, in.admitted.output.bound());
 
+    // The hooks: views of these lambdas, which outlive every attempt below.
     cost::ResponseUsage observed;
-    proxy::ForwardHooks hooks;
-    hooks.decorate = [&](const http::response_header<>& h, std::string& head) {
+    auto decorate = [&](const proxy::UpstreamResponseHead& h, core::RecycledString& head) {
         for (const auto& f : in.headers) proxy::wire::field(head, f.name, f.value);
         proxy::wire::field(head, "X-Request-Id", in.origin.request_id);
         observed.start(h[http::field::content_type], !h[http::field::content_length].empty(), usage_injected,
                        in.admitted.tokenizer);
         if (in.live) observed.pause_after(in.live->covered() + cfg.cost.stream_charge_every);
     };
-    hooks.replaced = replaced_in_response;
-    hooks.on_chunk = [&](std::string_view data, bool last) { return observed.feed(data, last); };
+    auto on_chunk = [&](std::string_view data, bool last) { return observed.feed(data, last); };
     std::string after;  // what the live budget lets through, or how the stream ends
-    if (in.live)
-        hooks.after_piece = [&]() -> net::awaitable<proxy::ForwardHooks::Next> {
-            after.clear();
-            // Past what is paid for (or held at it), the next block is charged before anything
-            // more is relayed; what was held then goes on.
-            while (!observed.stopped() && (observed.paused() || observed.streamed_tokens() >= in.live->covered())) {
-                if (!co_await in.live->extend(*services.store)) {
-                    observed.stop_now();
-                    break;
-                }
-                after.append(observed.resume(in.live->covered() + cfg.cost.stream_charge_every));
+    auto after_piece = [&]() -> net::awaitable<proxy::ForwardHooks::Next> {
+        after.clear();
+        // Past what is paid for (or held at it), the next block is charged before anything
+        // more is relayed; what was held then goes on.
+        while (!observed.stopped() && (observed.paused() || observed.streamed_tokens() >= in.live->covered())) {
+            if (!co_await in.live->extend(*services.store)) {
+                observed.stop_now();
+                break;
             }
-            if (!observed.stopped()) co_return proxy::ForwardHooks::Next{after, false};
-            after += observed.final_events(summary.client_wants_usage, summary.input_tokens);
-            co_return proxy::ForwardHooks::Next{after, true};
-        };
-
+            after.append(observed.resume(in.live->covered() + cfg.cost.stream_charge_every));
+        }
+        if (!observed.stopped()) co_return proxy::ForwardHooks::Next{after, false};
+        after += observed.final_events(summary.client_wants_usage, summary.input_tokens);
+        co_return proxy::ForwardHooks::Next{after, true};
+    };
     // SPEC §22: a refusal in routes[].retry.on goes to another upstream, while one is left.
     std::optional<std::size_t> next;
-    if (route.retry.attempts > 0)
-        hooks.retry_elsewhere = [&](unsigned status) {
-            return next && std::find(route.retry.on.begin(), route.retry.on.end(), status) != route.retry.on.end();
-        };
+    auto retry_elsewhere = [&](unsigned status) {
+        return next && std::find(route.retry.on.begin(), route.retry.on.end(), status) != route.retry.on.end();
+    };
+    proxy::ForwardHooks hooks;
+    hooks.decorate = decorate;
+    hooks.replaced = replaced_in_response;
+    hooks.on_chunk = on_chunk;
+    if (in.live) hooks.after_piece = after_piece;
+    if (route.retry.attempts > 0) hooks.retry_elsewhere = retry_elsewhere;
     for (unsigned attempt = 0;; ++attempt) {
         tried[tries++] = *index;
         next.reset();

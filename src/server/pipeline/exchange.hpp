@@ -4,8 +4,6 @@
 // to the client while cost::ResponseUsage reads its usage; then what the exchange cost.
 
 #include <boost/asio/awaitable.hpp>
-#include <boost/beast/http/message.hpp>
-#include <boost/beast/http/string_body.hpp>
 
 #include <optional>
 #include <span>
@@ -17,6 +15,7 @@
 #include "rejection.hpp"
 #include "tokengate/cost/settlement.hpp"
 #include "tokengate/proxy/forward.hpp"
+#include "tokengate/proxy/message.hpp"
 #include "tokengate/proxy/upstream_request.hpp"
 
 namespace tokengate::server {
@@ -31,7 +30,7 @@ namespace net = boost::asio;
 struct ExchangeRequest {
     const Runtime& runtime;
     const Admitted& admitted;
-    http::request<http::string_body>& request;  // its body moves upstream
+    proxy::ClientRequest& request;  // its body moves upstream
     const proxy::NormalizedTarget& target;
     proxy::ClientOrigin origin;
     std::span<const limiter::HeaderField> headers;  // added to the client's response head

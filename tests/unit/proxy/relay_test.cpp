@@ -28,7 +28,7 @@ struct Relay {
     test::stream client;                        // the gateway's end of the client connection
     std::unique_ptr<test::stream> client_peer;  // the client: what it received
     beast::flat_buffer buffer;
-    http::response_parser<http::buffer_body> parser;
+    UpstreamResponseParser parser;
     std::array<char, 64> chunk{};  // small, so that a body takes several pieces
     std::optional<Relayed> result;
     ForwardHooks hooks;
@@ -66,7 +66,8 @@ constexpr std::string_view k_json_head =
 
 TEST(Relay, LengthFramedBodyPassesUnchangedWithTheHooksFields) {
     Relay r;
-    r.hooks.decorate = [](const http::response_header<>&, std::string& head) { head += "X-Gate: 1\r\n"; };
+    auto decorate = [](const UpstreamResponseHead&, core::RecycledString& head) { head += "X-Gate: 1\r\n"; };
+    r.hooks.decorate = decorate;
     r.upstream_sends(k_json_head);  // head and body arrive in one read, as a JSON completion usually does
     r.upstream_sends("{\"ok\":true}");
     r.start();
@@ -112,11 +113,12 @@ TEST(Relay, ABodyEndedByCloseReachesAnHttp10ClientUnframedAndClosesIt) {
 TEST(Relay, TheHookMayHoldBackAndDropBytes) {
     Relay r;
     std::string kept;
-    r.hooks.on_chunk = [&](std::string_view data, bool last) -> std::string_view {
+    auto on_chunk = [&](std::string_view data, bool last) -> std::string_view {
         kept.assign(data);
         if (auto usage = kept.find("data: usage"); usage != std::string::npos) kept.erase(usage);
         return last || !kept.empty() ? std::string_view(kept) : std::string_view{};
     };
+    r.hooks.on_chunk = on_chunk;
     r.upstream_sends("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
     r.start();
     r.upstream_sends("b\r\ndata: one\n\n\r\n");

@@ -20,7 +20,7 @@ std::string forwarded_proto(bool https, bool trusted, std::string_view claimed) 
     upstream.host = "10.0.0.9";
     upstream.port = 8000;
     ClientOrigin from{"10.1.1.1", "10.1.1.1", trusted, "rid", https};
-    auto head = make_upstream_request(client, normalize_target("/v1/models"), upstream, from, "").head;
+    std::string head(make_upstream_request(client, normalize_target("/v1/models"), upstream, from, "").head);
     auto at = head.find("X-Forwarded-Proto: ");
     EXPECT_EQ(head.find("X-Forwarded-Proto: ", at + 1), std::string::npos) << head;  // one, never the client's too
     return at == std::string::npos ? "" : head.substr(at + 19, head.find("\r\n", at) - at - 19);

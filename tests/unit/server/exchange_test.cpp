@@ -76,7 +76,7 @@ struct Exchange {
         std::optional<auth::Principal> who;
         auto admitted =
             std::get<Admitted>(admit(rt, {"k1", target, "10.0.0.1", k_body}, services->output_history, who));
-        http::request<http::string_body> req{http::verb::post, "/v1/chat/completions", 11};
+        proxy::ClientRequest req{http::verb::post, "/v1/chat/completions", 11};
         req.set(http::field::host, "gateway");
         req.set(http::field::authorization, "Bearer k1");
         req.body() = k_body;
