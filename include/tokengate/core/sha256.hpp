@@ -13,6 +13,15 @@ namespace tokengate::core {
 using Sha256Digest = std::array<std::uint8_t, 32>;
 
 Sha256Digest sha256(std::string_view data);
+/// Appends `size` bytes as lowercase hex digits to a std::string or a core::RecycledString.
+template <class Out>
+void append_hex(Out& out, const std::uint8_t* data, std::size_t size) {
+    static constexpr char k_digits[] = "0123456789abcdef";
+    for (std::size_t i = 0; i < size; ++i) {
+        out.push_back(k_digits[data[i] >> 4]);
+        out.push_back(k_digits[data[i] & 15]);
+    }
+}
 std::string to_hex(const std::uint8_t* data, std::size_t size);
 /// A digest written as 64 lowercase hex digits (a config's sha256: key, a keys file's entry),
 /// raw; nullopt for anything else.
