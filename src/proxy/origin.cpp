@@ -51,19 +51,22 @@ std::string client_address(const std::vector<core::Cidr>& trusted_proxies, const
 
 namespace {
 
-std::string new_request_id() {
+core::RecycledString new_request_id() {
     thread_local std::mt19937_64 rng{std::random_device{}()};
     std::uint64_t parts[2] = {rng(), rng()};
-    return core::to_hex(reinterpret_cast<const std::uint8_t*>(parts), sizeof parts);
+    core::RecycledString id;
+    id.reserve(2 * sizeof parts);
+    core::append_hex(id, reinterpret_cast<const std::uint8_t*>(parts), sizeof parts);
+    return id;
 }
 
 }  // namespace
 
-std::string request_id_for(std::string_view given) {
+core::RecycledString request_id_for(std::string_view given) {
     if (given.empty() || given.size() > 128) return new_request_id();
     for (char c : given)
         if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') return new_request_id();
-    return std::string(given);
+    return core::RecycledString(given);
 }
 
 }  // namespace tokengate::proxy

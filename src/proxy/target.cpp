@@ -72,7 +72,7 @@ NormalizedTarget normalize_target(std::string_view target) {
     if (question != std::string_view::npos) out.query = target.substr(question + 1);
     if (already_normal(raw_path)) {
         out.ok = true;
-        out.path = std::string(raw_path);
+        out.path = raw_path;
         return out;
     }
     if (raw_path.find('#') != std::string_view::npos) return refuse("a fragment in the request target");

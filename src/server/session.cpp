@@ -344,8 +344,9 @@ private:
         pipeline::RequestRecord rec;
         rec.started = services_.clock.now();
         rec.request_id = proxy::request_id_for(req["x-request-id"]);
-        rec.method = std::string(req.method_string());
-        rec.path = target.ok ? target.path : std::string(req.target().substr(0, req.target().find('?')));
+        rec.method = std::string_view(req.method_string());
+        if (target.ok) rec.path = target.path;
+        else rec.path = std::string_view(req.target().substr(0, req.target().find('?')));
         rec.client_ip = proxy::client_address(server.trusted_proxies, peer_, req["X-Forwarded-For"]);
         return rec;
     }

@@ -542,7 +542,7 @@ public:
         d.stopped = rec.stopped;
         auto now = sim_.clock_.now();
         if (!rec.rejected_limit.empty() && !refusal_tallied_) {
-            auto& t = sim_.tally(rec.rejected_level + ":" + rec.rejected_limit);
+            auto& t = sim_.tally(std::string(rec.rejected_level).append(":").append(rec.rejected_limit));
             ++t.rejected;
             ++t.refused[sim_.bin(now)];
             d.limit = t.index;
@@ -599,7 +599,7 @@ private:
 net::awaitable<void> Simulator::request(std::size_t index, const TraceEntry& e, pipeline::Admitted admitted,
                                         core::Nanos arrived) {
     pipeline::RequestRecord rec;
-    rec.tenant = std::string(result_.decisions[index].tenant);
+    rec.tenant = result_.decisions[index].tenant;
     pipeline::record_admission(runtime_, admitted, rec);
     TraceEnds ends(*this, index, e, arrived);
     co_await pipeline::proceed(stages_, runtime_, admitted, rec, ends);

@@ -51,7 +51,8 @@ void check_upstream(const tokengate::proxy::ClientRequest& client, const tokenga
     require(!ec && parser.is_done() && used == wire.size());
     const auto& got = parser.get();
     require(got.method_string() == client.method_string());
-    std::string expected_target = "/base" + target.path;
+    std::string expected_target = "/base";
+    expected_target.append(target.path);
     if (!target.query.empty()) expected_target += "?" + std::string(target.query);
     require(got.target() == expected_target);
     require(std::string_view(got.body()) == std::string_view(client.body()));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tokengate/core/cidr.hpp"
+#include "tokengate/core/recycled.hpp"
 
 namespace tokengate::proxy {
 
@@ -22,6 +23,6 @@ std::string client_address(const std::vector<core::Cidr>& trusted_proxies, const
                            std::string_view forwarded_for);
 
 /// The request's id: the client's own X-Request-Id when it is short and plain, else a new one.
-std::string request_id_for(std::string_view given);
+core::RecycledString request_id_for(std::string_view given);
 
 }  // namespace tokengate::proxy

@@ -3,14 +3,16 @@
 #include <string>
 #include <string_view>
 
+#include "tokengate/core/recycled.hpp"
+
 namespace tokengate::proxy {
 
 /// A request target as routes match it and the upstream receives it.
 struct NormalizedTarget {
     bool ok = false;
-    std::string path;        // normalised, always starting with '/'
-    std::string_view query;  // verbatim, without the '?' (a view into the original target)
-    std::string_view why;    // when !ok: what was wrong, for the 400
+    core::RecycledString path;  // normalised, always starting with '/' (recycled: most are past 15 bytes)
+    std::string_view query;     // verbatim, without the '?' (a view into the original target)
+    std::string_view why;       // when !ok: what was wrong, for the 400
     /// Appends path, then '?' and the query if there is one.
     template <class Out>  // std::string or core::RecycledString
     void append_to(Out& out) const {

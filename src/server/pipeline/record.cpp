@@ -29,6 +29,8 @@ void record(const RequestRecord& r, Worker& worker) {
                               r.completion_tokens);
     if (!services.access_log) return;
     auto now = services.clock.now();
+    RequestRecord::Text rejected_by;
+    if (!r.rejected_limit.empty()) rejected_by.append(r.rejected_level).append(":").append(r.rejected_limit);
     core::JsonObjectWriter w(worker.next_access_line());
     w.number("ts", static_cast<double>(services.clock.unix_now()) / 1e9)
         .string("request_id", r.request_id)
@@ -41,7 +43,7 @@ void record(const RequestRecord& r, Worker& worker) {
         .string("route", r.route)
         .string("upstream", r.upstream)
         .integer("status", r.status)
-        .string("rejected_by", r.rejected_limit.empty() ? std::string() : r.rejected_level + ":" + r.rejected_limit)
+        .string("rejected_by", rejected_by)
         .number("cost", r.cost)
         .number("cost_reserved", r.cost_reserved)
         .number("cost_settled", r.cost_settled)

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "tokengate/core/clock.hpp"
+#include "tokengate/core/recycled.hpp"
 
 namespace tokengate::server {
 struct Worker;
@@ -14,22 +15,24 @@ struct Worker;
 
 namespace tokengate::server::pipeline {
 
-/// Everything the access log line says about one request.
+/// Everything the access log line says about one request. Its texts are in recycled blocks: a
+/// request id, a path or a model name is longer than a std::string holds inline (SPEC §19).
 struct RequestRecord {
+    using Text = core::RecycledString;
     core::Nanos started = 0;
-    std::string request_id;
-    std::string client_ip;
-    std::string method;
-    std::string path;
-    std::string tenant;
-    std::string key_id;
-    std::string subject;  // the end user, when one is named (SPEC §21): the log's, never a metric's
-    std::string model;
-    std::string route;
-    std::string upstream;
-    std::string rejected_level;
-    std::string rejected_limit;
-    std::string error;  // why a caller was refused at the door (401, 403): for the log
+    Text request_id;
+    Text client_ip;
+    Text method;
+    Text path;
+    Text tenant;
+    Text key_id;
+    Text subject;  // the end user, when one is named (SPEC §21): the log's, never a metric's
+    Text model;
+    Text route;
+    Text upstream;
+    Text rejected_level;
+    Text rejected_limit;
+    Text error;  // why a caller was refused at the door (401, 403): for the log
     unsigned status = 0;
     double cost = 0;           // the admission's price, refused or not (simulate replays it)
     double cost_reserved = 0;  // what the limits were charged: 0 when refused

@@ -69,7 +69,7 @@ net::awaitable<Outcome> proceed(const StageServices& s, const Runtime& runtime, 
     permit.held_more(live.charges(), live.charged());
     permit.settle(cost::settled_amounts(done.settled, admitted.reserved, admitted.price));
     learn(cost, s.output_history, rec.tenant, admitted.summary, done.status, done.settled);
-    rec.upstream = std::string(done.upstream);
+    rec.upstream = done.upstream;
     rec.first_byte = done.first_byte;
     rec.cost_settled = done.settled.cost;
     rec.prompt_tokens = done.settled.prompt_tokens;
