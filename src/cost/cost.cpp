@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cmath>
 
 #include "tokengate/config/config.hpp"
@@ -76,15 +77,17 @@ std::uint64_t estimate_tokens(std::string_view text) {
     return tokens;
 }
 
-std::string with_stream_usage(std::string_view body, bool has_stream_options) {
+core::RecycledString with_stream_usage(std::string_view body, bool has_stream_options) {
     if (!has_stream_options) {
         // Insert after the opening brace: cheap, and the client's bytes stay as they were.
+        static constexpr std::string_view k_member = R"("stream_options":{"include_usage":true})";
         auto brace = body.find('{');
         auto rest = body.substr(brace + 1);
         auto first = rest.find_first_not_of(" \t\r\n");
         bool empty_object = first == std::string_view::npos || rest[first] == '}';
-        std::string out(body.substr(0, brace + 1));
-        out.append(R"("stream_options":{"include_usage":true})");
+        core::RecycledString out;
+        out.reserve(body.size() + k_member.size() + 1);
+        out.append(body.substr(0, brace + 1)).append(k_member);
         if (!empty_object) out.push_back(',');
         out.append(rest);
         return out;
@@ -92,11 +95,11 @@ std::string with_stream_usage(std::string_view body, bool has_stream_options) {
     // Never throws (data plane): a body that is not an object is passed on unchanged, and a
     // stream_options that is not an object is replaced.
     json doc = json::parse(body, nullptr, false);
-    if (!doc.is_object()) return std::string(body);
+    if (!doc.is_object()) return core::RecycledString(body);
     auto& options = doc["stream_options"];
     if (!options.is_object()) options = json::object();
     options["include_usage"] = true;
-    return doc.dump(-1, ' ', false, json::error_handler_t::replace);
+    return core::RecycledString(doc.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 std::optional<std::uint64_t> largest_output_within(const config::CostConfig& cost, double cost_factor,
@@ -137,31 +140,33 @@ OutputField output_field_written(const RequestSummary& summary) {
     }
 }
 
-std::string with_output_limit(std::string_view body, const RequestSummary& summary, std::uint64_t per_sequence) {
+core::RecycledString with_output_limit(std::string_view body, const RequestSummary& summary,
+                                       std::uint64_t per_sequence) {
     auto field = output_field_written(summary);
-    auto number = std::to_string(per_sequence);
+    char digits[20];
+    auto number = std::string_view(digits, std::to_chars(digits, digits + sizeof digits, per_sequence).ptr - digits);
     if (!summary.output_key_present) {
         // The usual case (no output field, nor the object holding it): one field written in
         // front of the others, with no parse, and no spelling of the client's changed.
         auto open = body.find('{');
-        if (open == std::string_view::npos) return std::string(body);
+        if (open == std::string_view::npos) return core::RecycledString(body);
         auto next = body.find_first_not_of(" \t\r\n", open + 1);
         bool empty = next != std::string_view::npos && body[next] == '}';
-        std::string member;
-        if (field == OutputField::max_new_tokens) member = "\"parameters\":{\"max_new_tokens\":" + number + "}";
+        core::RecycledString out;
+        out.reserve(body.size() + 64);
+        out.append(body.substr(0, open + 1));
+        if (field == OutputField::max_new_tokens)
+            out.append(R"("parameters":{"max_new_tokens":)").append(number) += '}';
         else if (field == OutputField::sampling_max_new_tokens)
-            member = "\"sampling_params\":{\"max_new_tokens\":" + number + "}";
-        else member = "\"" + std::string(to_string(field)) + "\":" + number;
-        std::string out;
-        out.reserve(body.size() + member.size() + 1);
-        out.append(body.substr(0, open + 1)).append(member);
+            out.append(R"("sampling_params":{"max_new_tokens":)").append(number) += '}';
+        else out.append("\"").append(to_string(field)).append("\":").append(number);
         if (!empty) out += ',';
         out.append(body.substr(open + 1));
         return out;
     }
-    // Never throws (data plane); the field or its object is there (perhaps null): a whole parse.
+    // Never throws (data plane): the field or its object is there (perhaps null): a whole parse.
     json doc = json::parse(body, nullptr, false);
-    if (!doc.is_object()) return std::string(body);
+    if (!doc.is_object()) return core::RecycledString(body);
     if (field == OutputField::max_new_tokens || field == OutputField::sampling_max_new_tokens) {
         auto& holder = doc[field == OutputField::max_new_tokens ? "parameters" : "sampling_params"];
         if (!holder.is_object()) holder = json::object();
@@ -169,7 +174,7 @@ std::string with_output_limit(std::string_view body, const RequestSummary& summa
     } else {
         doc[to_string(field)] = per_sequence;
     }
-    return doc.dump(-1, ' ', false, json::error_handler_t::replace);
+    return core::RecycledString(doc.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 const config::ModelCost* find_model(const std::vector<config::ModelCost>& models, std::string_view model) {

@@ -233,6 +233,8 @@ void JsonUsageReader::feed(std::string_view data) {
         body_.clear();
         return;
     }
+    // Room for simdjson's padding, so that finish() parses the body where it is, with no copy.
+    body_.reserve(body_.size() + data.size() + simdjson::SIMDJSON_PADDING);
     body_.append(data);
 }
 
@@ -240,7 +242,8 @@ Usage JsonUsageReader::finish() const {
     Usage u;
     if (overflowed_) return u;
     simdjson::dom::element root;
-    if (thread_parser().parse(body_).get(root) != simdjson::SUCCESS) return u;
+    bool padded = body_.capacity() - body_.size() >= simdjson::SIMDJSON_PADDING;
+    if (thread_parser().parse(body_.data(), body_.size(), !padded).get(root) != simdjson::SUCCESS) return u;
     // TGI's root route and SGLang's batches answer an array: each item counts.
     simdjson::dom::array many;
     if (root.get_array().get(many) == simdjson::SUCCESS) {
@@ -320,7 +323,8 @@ std::string_view SseUsageFilter::feed(std::string_view data, bool last) {
     if (stopped_ || paused_) {
         out_.append(source.substr(copied, consumed - copied));
         // Stopped, the rest of the stream is not the client's any more; paused, it waits.
-        std::string held = paused_ ? std::string(source.substr(consumed)) : std::string();
+        core::RecycledString held;
+        if (paused_) held.assign(source.substr(consumed));
         pending_ = std::move(held);
         return out_;
     }
@@ -400,10 +404,9 @@ void SseUsageFilter::note_dialect(simdjson::dom::object doc) {
     if (doc["object"].get_string().get(text) == simdjson::SUCCESS) {
         if (text == "chat.completion.chunk") dialect_ = Dialect::chat;
         else if (text == "text_completion") dialect_ = Dialect::completion;
-        if (id_.empty() && doc["id"].get_string().get(text) == simdjson::SUCCESS)
-            id_ = std::string(text.substr(0, 256));
+        if (id_.empty() && doc["id"].get_string().get(text) == simdjson::SUCCESS) id_.assign(text.substr(0, 256));
         if (model_.empty() && doc["model"].get_string().get(text) == simdjson::SUCCESS)
-            model_ = std::string(text.substr(0, 256));
+            model_.assign(text.substr(0, 256));
         std::int64_t created = 0;
         if (doc["created"].get_int64().get(created) == simdjson::SUCCESS) created_ = created;
         simdjson::dom::array choices;
@@ -419,9 +422,8 @@ void SseUsageFilter::note_dialect(simdjson::dom::object doc) {
         dialect_ = Dialect::responses;
         simdjson::dom::object response;
         if (id_.empty() && doc["response"].get_object().get(response) == simdjson::SUCCESS) {
-            if (response["id"].get_string().get(text) == simdjson::SUCCESS) id_ = std::string(text.substr(0, 256));
-            if (response["model"].get_string().get(text) == simdjson::SUCCESS)
-                model_ = std::string(text.substr(0, 256));
+            if (response["id"].get_string().get(text) == simdjson::SUCCESS) id_.assign(text.substr(0, 256));
+            if (response["model"].get_string().get(text) == simdjson::SUCCESS) model_.assign(text.substr(0, 256));
         }
         return;
     }
@@ -451,10 +453,10 @@ std::string SseUsageFilter::final_events(bool client_wants_usage, std::uint64_t 
         case Dialect::chat:
         case Dialect::completion: {
             bool chat = dialect_ == Dialect::chat;
-            json base = {{"id", id_},
+            json base = {{"id", std::string_view(id_)},
                          {"object", chat ? "chat.completion.chunk" : "text_completion"},
                          {"created", created_},
-                         {"model", model_}};
+                         {"model", std::string_view(model_)}};
             json choices = json::array();
             for (std::uint64_t i = 0; i < choices_; ++i) {
                 json choice = {{"index", i}, {"finish_reason", "length"}};
@@ -477,11 +479,11 @@ std::string SseUsageFilter::final_events(bool client_wants_usage, std::uint64_t 
             break;
         }
         case Dialect::responses: {
-            json response = {{"id", id_},
+            json response = {{"id", std::string_view(id_)},
                              {"object", "response"},
                              {"status", "incomplete"},
                              {"incomplete_details", {{"reason", "max_output_tokens"}}},
-                             {"model", model_},
+                             {"model", std::string_view(model_)},
                              {"usage",
                               {{"input_tokens", prompt_tokens},
                                {"output_tokens", completion},

@@ -8,6 +8,7 @@
 
 #include "tokengate/config/charge.hpp"
 #include "tokengate/config/config.hpp"
+#include "tokengate/core/recycled.hpp"
 
 namespace tokengate::cost {
 
@@ -112,7 +113,8 @@ ParsedBody parse_request_body(std::string_view body, const config::CostConfig& c
 std::optional<std::string> sniff_model(std::string_view body);
 
 /// The body with `stream_options.include_usage: true` added, so a stream ends with its usage.
-std::string with_stream_usage(std::string_view body, bool has_stream_options);
+/// (This and with_output_limit write the body that goes upstream: a recycled string, SPEC §19.)
+core::RecycledString with_stream_usage(std::string_view body, bool has_stream_options);
 
 /// The field the output bound is written to: the one the request named, else its endpoint's.
 OutputField output_field_written(const RequestSummary& summary);
@@ -120,7 +122,8 @@ OutputField output_field_written(const RequestSummary& summary);
 /// The body with its output field (`summary.output_field`, or the endpoint's when none was named)
 /// set to `per_sequence`: SPEC §12's cap_output and §17's output bound. The body was validated by
 /// parse_request_body (no key appears twice).
-std::string with_output_limit(std::string_view body, const RequestSummary& summary, std::uint64_t per_sequence);
+core::RecycledString with_output_limit(std::string_view body, const RequestSummary& summary,
+                                       std::uint64_t per_sequence);
 
 /// Heuristic token count: about one token per CJK character, about four bytes per token else.
 std::uint64_t estimate_tokens(std::string_view text);

@@ -5,6 +5,8 @@
 #include <string>
 #include <string_view>
 
+#include "tokengate/core/recycled.hpp"
+
 namespace simdjson::dom {
 class object;
 }
@@ -39,7 +41,7 @@ private:
 
     std::size_t max_bytes_;
     const Tokenizer* tokenizer_;
-    std::string body_;
+    core::RecycledString body_;
     bool overflowed_ = false;
 };
 
@@ -100,15 +102,16 @@ private:
     bool hide_usage_;
     std::size_t max_event_bytes_;
     const Tokenizer* tokenizer_;
-    std::string pending_;
-    std::string out_;
+    // Recycled, as every buffer a response needs (SPEC §19).
+    core::RecycledString pending_;
+    core::RecycledString out_;
     Usage usage_;
     std::uint64_t streamed_tokens_ = 0;
     std::uint64_t pause_after_ = UINT64_MAX;
     bool paused_ = false;
     bool stopped_ = false;
     Dialect dialect_ = Dialect::unknown;
-    std::string id_, model_;
+    core::RecycledString id_, model_;
     std::int64_t created_ = 0;
     std::uint64_t choices_ = 1;  // the highest choice index seen, plus one
     std::uint64_t tgi_index_ = 0;

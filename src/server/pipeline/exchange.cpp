@@ -180,7 +180,7 @@ net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
         if (in.live) observed.pause_after(in.live->covered() + cfg.cost.stream_charge_every);
     };
     auto on_chunk = [&](std::string_view data, bool last) { return observed.feed(data, last); };
-    std::string after;  // what the live budget lets through, or how the stream ends
+    core::RecycledString after;  // what the live budget lets through, or how the stream ends
     auto after_piece = [&]() -> net::awaitable<proxy::ForwardHooks::Next> {
         after.clear();
         // Past what is paid for (or held at it), the next block is charged before anything
