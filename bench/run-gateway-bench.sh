@@ -4,7 +4,9 @@
 #   BENCH_SCENARIOS="json 429 sse tls tls-new" and BENCH_WORKERS="1 2" (the defaults) pick the rows
 #   ("ui" adds the json rows again with the status page open in Chromium, against none);
 #   TOKENGATE_BENCH_BIN=<binary> measures another build (a before/after, run alternately);
-#   BENCH_COST="output_estimate: learned" adds keys to tokengate's cost section.
+#   BENCH_COST="output_estimate: learned" adds keys to tokengate's cost section;
+#   BENCH_PROFILE=1 samples tokengate with perf during each row and prints its top 20 symbols
+#   below the table (Debian's linux-perf; software clock events, no hardware counters needed).
 # Upstreams: nginx serving a fixed chat completion (JSON) and tokengate's mock (SSE).
 # Contenders, each with the same number of workers (1, then 2):
 #   nginx     reverse proxy, limit_req keyed by the API key, high rate (never rejects), burst, nodelay
@@ -151,6 +153,22 @@ JSON
   node tests/ui/status_page.mjs "$npm_dir/node_modules/playwright-core" "$work/ui-$1.json"
 }
 
+# BENCH_PROFILE=1: a flat profile of tokengate over each of its rows (self time, by symbol).
+[ "${BENCH_PROFILE:-}" != 1 ] || scripts/setup.sh none linux-perf > /dev/null
+perf_pid=""
+profile_start() {  # pid label
+  [ "${BENCH_PROFILE:-}" = 1 ] || return 0
+  perf record -q -F 2000 -p "$1" -o "$work/perf-$2.data" > /dev/null 2>&1 & perf_pid=$!
+  profile_label=$2
+}
+profile_stop() {
+  [ -n "$perf_pid" ] || return 0
+  kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true; perf_pid=""
+  { echo "tokengate $profile_label: top 20 symbols (self, % of samples)"
+    perf report -q -i "$work/perf-$profile_label.data" --no-children --sort symbol --stdio 2>/dev/null |
+      grep -v '^$' | sed -E 's/[[:space:]]+(-[[:space:]]+)*$//' | sed -n 1,20p; echo; } >> "$work/profiles.txt"
+}
+
 row='%-15s %3s %5s %10s %9s %9s %8s %9s %9s %8s %8s\n'
 printf "$row" config workers conns "req/s" "p50 ms" "p99 ms" non-2xx "x nginx" "p99 x" "user us" "sys us"
 for workers in ${BENCH_WORKERS:-1 2}; do
@@ -176,7 +194,9 @@ for workers in ${BENCH_WORKERS:-1 2}; do
     fi
     for conns in 64 256; do
       read -r n_rps n_p50 n_p99 n_bad n_user n_sys < <(measure "$ng_port" "$conns" "$stream" "${ng_workers[@]}")
+      profile_start "$tg_pid" "$scenario-$workers-$conns"
       read -r t_rps t_p50 t_p99 t_bad t_user t_sys < <(measure "$tg_port" "$conns" "$stream" "$tg_pid")
+      profile_stop
       ratio=$(python3 -c "print(f'{$t_rps/max($n_rps,1):.2f}')"); p99r=$(python3 -c "print(f'{$t_p99/max($n_p99,0.001):.2f}')")
       printf "$row" "nginx-$scenario" "$workers" "$conns" "$n_rps" "$n_p50" "$n_p99" "$n_bad" "1.00" "1.00" "$n_user" "$n_sys"
       if [ "$scenario" = ui ]; then  # the same gateway again, now with the status page open
@@ -204,6 +224,7 @@ for workers in ${BENCH_WORKERS:-1 2}; do
 done
 if [ -f "$work/ui-ratios.txt" ]; then echo; echo "The status page's cost to the data plane:"; cat "$work/ui-ratios.txt"; fi
 if [ -f "$work/ciphers.txt" ]; then echo; echo "TLS as negotiated (openssl s_client):"; sort -u "$work/ciphers.txt"; fi
+if [ -f "$work/profiles.txt" ]; then echo; echo "(sampled rows: perf costs tokengate some CPU)"; cat "$work/profiles.txt"; fi
 for workers in ${BENCH_WORKERS:-1 2}; do
   [ -f "$work/ttfb-$workers.txt" ] || continue
   echo; echo "SSE time to first byte, $workers worker(s):"; cat "$work/ttfb-$workers.txt"
