@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -376,7 +377,8 @@ struct Loader {
         if (n["snapshot_interval"])
             config.store.snapshot_interval = r.duration(n["snapshot_interval"], "store.snapshot_interval");
         if (const auto& rd = n["redis"]) {
-            r.expect_map(rd, "store.redis", {"url", "prefix", "timeout", "pool", "on_error", "tls"});
+            r.expect_map(rd, "store.redis",
+                         {"url", "prefix", "timeout", "pool", "on_error", "tls", "mode", "nodes", "master"});
             auto& c = config.store.redis;
             if (rd["url"]) {
                 c.url = r.string_of(rd["url"], "store.redis.url");
@@ -400,6 +402,45 @@ struct Loader {
                 if (!c.tls_enabled) r.fail(rd["tls"], "store.redis.tls applies to a rediss:// url");
                 c.tls = client_tls(rd["tls"], "store.redis.tls");
             }
+            redis_topology(rd, c);
+        }
+    }
+
+    /// SPEC §18: where the Redis server is, when it is not the url's host.
+    void redis_topology(const YAML::Node& rd, RedisConfig& c) {
+        if (rd["mode"]) {
+            auto m = r.string_of(rd["mode"], "store.redis.mode");
+            if (m == "standalone") c.mode = RedisMode::standalone;
+            else if (m == "sentinel") c.mode = RedisMode::sentinel;
+            else if (m == "cluster")
+                r.fail(rd["mode"],
+                       "store.redis.mode cluster is not supported by this version; use standalone or "
+                       "sentinel");
+            else r.fail(rd["mode"], "store.redis.mode must be standalone or sentinel, got '" + m + "'");
+        }
+        if (rd["nodes"]) {
+            r.expect_sequence(rd["nodes"], "store.redis.nodes");
+            for (const auto& node : rd["nodes"]) {
+                auto text = r.string_of(node, "store.redis.nodes[]");
+                auto colon = text.rfind(':');
+                unsigned port = 0;
+                auto digits =
+                    colon == std::string::npos ? std::string_view() : std::string_view(text).substr(colon + 1);
+                auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+                if (colon == 0 || digits.empty() || ec != std::errc{} || end != digits.data() + digits.size() ||
+                    port == 0 || port > 65535)
+                    r.fail(node, "store.redis.nodes: '" + text + "' is not host:port");
+                c.nodes.push_back(text);
+            }
+        }
+        if (rd["master"]) c.master = r.string_of(rd["master"], "store.redis.master");
+        if (c.mode == RedisMode::sentinel) {
+            if (c.nodes.empty()) r.fail(rd, "store.redis.mode sentinel needs store.redis.nodes: the sentinels");
+            if (c.master.empty())
+                r.fail(rd, "store.redis.mode sentinel needs store.redis.master: the name they monitor");
+        } else {
+            if (rd["nodes"]) r.fail(rd["nodes"], "store.redis.nodes is for mode sentinel; standalone uses the url");
+            if (rd["master"]) r.fail(rd["master"], "store.redis.master is for mode sentinel");
         }
     }
 

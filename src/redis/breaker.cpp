@@ -14,6 +14,12 @@ bool CircuitBreaker::allow() {
     return probing_.compare_exchange_strong(expected, true);
 }
 
+void CircuitBreaker::probe_now() {
+    auto until = open_until_.load(std::memory_order_acquire);
+    // 1: still open, and its cool-down long over.
+    if (until > 1) open_until_.compare_exchange_strong(until, 1);
+}
+
 void CircuitBreaker::record(bool success) {
     if (success) {
         failures_.store(0, std::memory_order_relaxed);

@@ -58,6 +58,12 @@ Endpoint Endpoint::parse(std::string_view url) {
     return e;
 }
 
+Endpoint Endpoint::at(std::string_view host_port) const {
+    auto parsed = parse((tls ? "rediss://" : "redis://") + std::string(host_port));
+    parsed.db = db;
+    return parsed;
+}
+
 void encode_command(std::string& out, std::span<const std::string> args) {
     out += '*';
     out += std::to_string(args.size());
@@ -138,7 +144,25 @@ Connection::Connection(net::any_io_executor ex, Endpoint endpoint, std::vector<s
       read_buffer_(16 * 1024) {}
 
 void Connection::start() {
-    net::post(ex_, [self = shared_from_this()] { self->connect(); });
+    net::post(ex_, [self = shared_from_this()] {
+        self->started_ = true;
+        self->connect();
+    });
+}
+
+void Connection::retarget(Endpoint endpoint) {
+    if (stopped_) return;
+    bool moved = !endpoint.same_server(endpoint_);
+    auto was = endpoint_.host + ":" + std::to_string(endpoint_.port);
+    endpoint_ = std::move(endpoint);
+    if (!started_) {
+        started_ = true;
+        connect();
+    } else if (moved) {
+        retry_timer_.cancel();
+        backoff_ = std::chrono::milliseconds(1);  // the new server is there now: no waiting
+        fail("the master moved here from " + was);
+    }
 }
 
 void Connection::stop() {
@@ -220,7 +244,13 @@ void Connection::on_connected() {
                 return;
             }
             handshake_replies_.push_back(std::move(r.reply));
-            if (last) set_ready(true);
+            if (!last) return;
+            if (vet_)
+                if (auto why = vet_(handshake_replies_); !why.empty()) {
+                    fail(why);
+                    return;
+                }
+            set_ready(true);
         });
     }
     flush();
@@ -238,7 +268,7 @@ void Connection::set_ready(bool ready) {
 
 void Connection::send(std::span<const std::string> args, Callback done) {
     if (!ready_) {
-        done(Result{CallError::disconnected, {}});
+        done(Result{CallError::unavailable, {}});  // never sent: nothing can have happened
         return;
     }
     encode_command(outgoing_, args);

@@ -86,6 +86,10 @@ struct RedisStore::Client {
     std::vector<std::shared_ptr<Connection>> connections;
     std::string sha;  // of the script, as this thread's connections loaded it
     std::deque<std::vector<std::string>> retry;
+    // mode sentinel: settlements and their WAIT, which blocks its connection, away from decisions.
+    std::shared_ptr<Connection> settler;
+    std::vector<std::vector<std::string>> unsent;
+    bool batch_in_flight = false;
 };
 
 RedisStore::RedisStore(StoreOptions options, const core::Clock& clock, StoreEvents events)
@@ -121,19 +125,13 @@ void RedisStore::attach(net::any_io_executor ex, unsigned connections) {
     auto client = std::make_unique<Client>();
     client->ex = ex;
     auto handshake = login_commands(options_, endpoint_);
+    // A master the sentinels named may have been demoted since: ROLE tells before any call.
+    if (options_.sentinels) handshake.push_back({"ROLE"});
     handshake.push_back({"SCRIPT", "LOAD", std::string(limiter_script())});
     auto* raw = client.get();
-    for (unsigned i = 0; i < std::max(1u, connections); ++i) {
-        client->connections.push_back(std::make_shared<Connection>(
-            ex, endpoint_, handshake,
-            [this, raw](bool ready, const std::vector<Reply>& replies) {
-                if (ready && !replies.empty() && replies.back().type == Reply::Type::string)
-                    raw->sha = replies.back().str;
-                if (ready) ++ready_connections_;
-                else --ready_connections_;
-            },
-            options_.tls));
-    }
+    for (unsigned i = 0; i < std::max(1u, connections); ++i)
+        client->connections.push_back(open_connection(*raw, handshake, true));
+    if (options_.sentinels) client->settler = open_connection(*raw, handshake, false);
     {
         std::lock_guard lock(clients_mutex_);
         clients_.push_back(std::move(client));
@@ -141,9 +139,37 @@ void RedisStore::attach(net::any_io_executor ex, unsigned connections) {
     // Binds on the loop's own thread: calls made there find this client without a lock.
     net::post(ex, [this, raw] {
         t_clients.emplace_back(id_, raw);
-        for (auto& c : raw->connections) c->start();
+        for (auto& c : raw->connections) {
+            if (options_.sentinels) options_.sentinels->follow(c);
+            else c->start();
+        }
+        if (raw->settler) options_.sentinels->follow(raw->settler);
         net::co_spawn(raw->ex, retry_loop(*raw), net::detached);
     });
+}
+
+std::shared_ptr<Connection> RedisStore::open_connection(Client& client,
+                                                        const std::vector<std::vector<std::string>>& handshake,
+                                                        bool counts_as_ready) {
+    auto* raw = &client;
+    auto connection = std::make_shared<Connection>(
+        client.ex, endpoint_, handshake,
+        [this, raw, counts_as_ready](bool ready, const std::vector<Reply>& replies) {
+            if (ready && !replies.empty() && replies.back().type == Reply::Type::string) raw->sha = replies.back().str;
+            if (ready) breaker_.probe_now();
+            else if (options_.sentinels) options_.sentinels->ask_again();
+            if (!counts_as_ready) return;
+            if (ready) ++ready_connections_;
+            else --ready_connections_;
+        },
+        options_.tls);
+    if (options_.sentinels)
+        connection->set_vetting([this, role_index = handshake.size() - 2](const std::vector<Reply>& replies) {
+            auto why = expect_master(role_index)(replies);
+            if (why.empty()) note_replicas(replies[role_index]);
+            return why;
+        });
+    return connection;
 }
 
 void RedisStore::start_heartbeat(net::any_io_executor ex) {
@@ -154,10 +180,12 @@ void RedisStore::start_heartbeat(net::any_io_executor ex) {
 
 void RedisStore::stop() {
     if (stopping_.exchange(true)) return;
+    if (options_.sentinels) options_.sentinels->stop();
     std::lock_guard lock(clients_mutex_);
     for (auto& c : clients_) {
         for (auto& conn : c->connections) conn->stop();
         c->connections.clear();
+        if (c->settler) c->settler->stop();
     }
 }
 
@@ -210,9 +238,14 @@ std::string RedisStore::next_lease() {
     return replica_id_ + buf;
 }
 
-net::awaitable<Result> RedisStore::call(Client& c, std::vector<std::string> args) {
+void RedisStore::prepare_script_call(const Client& c, std::vector<std::string>& args) const {
+    if (args[0] != "EVALSHA") return;
     if (c.sha.empty()) as_eval(args);
     else args[1] = c.sha;
+}
+
+net::awaitable<Result> RedisStore::call(Client& c, std::vector<std::string> args) {
+    prepare_script_call(c, args);
     for (int attempt = 0; attempt < 2; ++attempt) {
         auto* conn = pick(c);
         if (!conn) co_return Result{CallError::unavailable, {}};
@@ -298,12 +331,14 @@ net::awaitable<Decision> RedisStore::run_decision(std::span<const Charge> charge
         spdlog::error("redis: {}", error);
     } else if (r.error == CallError::none) {
         spdlog::error("redis refused the limiter script: {}", r.reply.str);
+        // A master demoted under us answers READONLY: ask where the master is now.
+        if (options_.sentinels && r.reply.str.rfind("READONLY", 0) == 0) options_.sentinels->ask_again();
     }
     breaker_.record(false);
     note_failure(r.error);
-    if (commit && r.error == CallError::timeout) {
-        // The script may have run after all: give back any concurrency slot it took (a
-        // release of a lease that does not exist changes nothing).
+    if (commit && (r.error == CallError::timeout || r.error == CallError::disconnected)) {
+        // Sent, and no answer: the script may have run after all. Give back any concurrency
+        // slot it took (a release of a lease that does not exist changes nothing).
         std::vector<Charge> slots;
         for (const auto& c : charges)
             if (c.spec->algorithm == config::Algorithm::concurrency) slots.push_back(c);
@@ -401,13 +436,13 @@ void RedisStore::settle(const Decision& decision, std::span<const Charge> charge
 }
 
 void RedisStore::send_settlement(Client& c, std::vector<std::string> args) {
+    if (c.settler) return send_replicated(c, std::move(args));
     auto* conn = breaker_.open() || stopping_.load() ? nullptr : pick(c);
     if (!conn) {
         keep_for_retry(c, std::move(args));
         return;
     }
-    if (c.sha.empty()) as_eval(args);
-    else if (args[0] == "EVALSHA") args[1] = c.sha;
+    prepare_script_call(c, args);
     ++settlements_in_flight_;
     // The arguments are encoded at once; the callback keeps them (shared, not copied) in case
     // the settlement has to be sent again.
@@ -428,6 +463,69 @@ void RedisStore::send_settlement(Client& c, std::vector<std::string> args) {
         count_call(r.error == CallError::none ? "error" : error_name(r.error));
         keep_for_retry(c, std::move(resend));
     });
+}
+
+void RedisStore::send_replicated(Client& c, std::vector<std::string> args) {
+    if (breaker_.open() || stopping_.load() || !c.settler->ready()) {
+        keep_for_retry(c, std::move(args));
+        return;
+    }
+    ++settlements_in_flight_;
+    c.unsent.push_back(std::move(args));
+    if (!c.batch_in_flight) send_batch(c);
+}
+
+struct RedisStore::SettleBatch {
+    std::vector<std::vector<std::string>> settlements;
+    std::vector<Result> results;
+    bool waits_for_replica = false;
+};
+
+void RedisStore::send_batch(Client& c) {
+    auto batch = std::make_shared<SettleBatch>();
+    batch->settlements = std::move(c.unsent);
+    c.unsent.clear();
+    batch->results.resize(batch->settlements.size());
+    c.batch_in_flight = true;
+    for (std::size_t i = 0; i < batch->settlements.size(); ++i) {
+        prepare_script_call(c, batch->settlements[i]);
+        c.settler->send(batch->settlements[i], [batch, i](Result r) { batch->results[i] = std::move(r); });
+    }
+    // WAIT blocks only this connection. Redis replies to it after the settlements above, so
+    // when it answers, every one of them has answered too. A master without replicas (as just
+    // after a failover) has nobody to wait for: PING keeps the same order without waiting.
+    batch->waits_for_replica = master_replicas_.load(std::memory_order_relaxed) != 0;
+    auto wait_ms = std::to_string(std::max<core::Nanos>(1, options_.config.timeout / 1'000'000));
+    const std::string wait[] = {"WAIT", "1", wait_ms};
+    const std::string ping[] = {"PING"};
+    std::span<const std::string> confirm = wait;
+    if (!batch->waits_for_replica) confirm = ping;
+    c.settler->send(confirm, [this, &c, batch](Result r) { batch_answered(c, *batch, std::move(r)); });
+}
+
+void RedisStore::batch_answered(Client& c, SettleBatch& batch, Result confirmation) {
+    c.batch_in_flight = false;
+    bool confirmed = confirmation.ok() && (!batch.waits_for_replica || confirmation.reply.integer >= 1);
+    for (std::size_t i = 0; i < batch.settlements.size(); ++i) {
+        --settlements_in_flight_;
+        auto& result = batch.results[i];
+        auto& settlement = batch.settlements[i];
+        if (result.ok() && confirmed) {
+            count_call("ok");
+        } else if (is_noscript(result) && settlement[0] == "EVALSHA") {
+            count_call("noscript");
+            as_eval(settlement);
+            send_replicated(c, std::move(settlement));
+        } else {
+            // Unanswered, or answered by a master no replica has confirmed yet (one that fell
+            // before a replica had it would lose it): sent again, to whichever master there is
+            // then; the script applies a lease's settlement once.
+            if (!result.ok()) count_call(error_name(result.error));
+            else count_call(confirmation.ok() ? "unreplicated" : error_name(confirmation.error));
+            keep_for_retry(c, std::move(settlement));
+        }
+    }
+    if (!c.unsent.empty()) send_batch(c);
 }
 
 void RedisStore::keep_for_retry(Client& c, std::vector<std::string> args) {
@@ -482,7 +580,23 @@ net::awaitable<void> RedisStore::heartbeat_loop(Client& c) {
             breaker_.record(false);
             note_failure(r.error);
         }
+        if (options_.sentinels)
+            if (auto* conn = pick(c)) {
+                static const std::string role[] = {"ROLE"};
+                auto answer = co_await round_trip(*conn, role, std::chrono::nanoseconds(options_.config.timeout));
+                if (answer.ok()) note_replicas(answer.reply);
+            }
     }
+}
+
+void RedisStore::note_replicas(const Reply& role) {
+    auto count = replicas_of_master(role);
+    if (!count) return;
+    auto now = static_cast<int>(std::min<std::size_t>(*count, 1000));
+    auto was = master_replicas_.exchange(now);
+    if (was != now && (was <= 0 || now == 0))
+        spdlog::info("redis: the master has {} replicas{}", now,
+                     now == 0 ? ": settlements are written without waiting for one" : "");
 }
 
 }  // namespace tokengate::redis

@@ -89,10 +89,17 @@ std::string why_not(const redis::Result& r) {
 
 RedisKeeper::RedisKeeper(net::any_io_executor ex, const redis::StoreOptions& options) : prefix_(options.config.prefix) {
     auto endpoint = redis::Endpoint::parse(options.config.url);
+    auto handshake = redis::login_commands(options, endpoint);
+    if (options.sentinels) handshake.push_back({"ROLE"});
     connection_ = std::make_shared<redis::Connection>(
-        ex, endpoint, redis::login_commands(options, endpoint), [](bool, const std::vector<redis::Reply>&) {},
-        options.tls);
-    connection_->start();
+        ex, endpoint, handshake, [](bool, const std::vector<redis::Reply>&) {}, options.tls);
+    if (options.sentinels) {
+        connection_->set_vetting(redis::expect_master(handshake.size() - 1));
+        options.sentinels->follow(connection_);
+        sentinels_ = options.sentinels;
+    } else {
+        connection_->start();
+    }
 }
 
 RedisKeeper::~RedisKeeper() { stop(); }
@@ -101,6 +108,7 @@ void RedisKeeper::stop() {
     if (stopped_) return;
     stopped_ = true;
     connection_->stop();
+    if (sentinels_) sentinels_->stop();
 }
 
 net::awaitable<bool> RedisKeeper::ready() {

@@ -39,19 +39,36 @@ redis::StoreEvents redis_metrics(metrics::Registry& registry) {
     return events;
 }
 
+/// The store's options; in mode sentinel with sentinels of their own, asked from `home`'s loop.
+redis::StoreOptions redis_options(const config::GatewayConfig& config, Worker& home) {
+    const auto& rc = config.store.redis;
+    auto options = redis::options_from_env(rc);
+    if (rc.tls_enabled) options.tls = std::make_shared<tls::ClientContext>(rc.tls, config.source_path);
+    if (rc.mode == config::RedisMode::sentinel) {
+        auto master = redis::Endpoint::parse(rc.url);
+        std::vector<redis::Endpoint> sentinels;
+        for (const auto& node : rc.nodes) sentinels.push_back(master.at(node));
+        std::vector<std::vector<std::string>> login;
+        if (const char* password = std::getenv("TOKENGATE_REDIS_SENTINEL_PASSWORD"))
+            login.push_back({"AUTH", password});
+        options.sentinels = std::make_shared<redis::Sentinels>(home.ioc.get_executor(), std::move(sentinels), rc.master,
+                                                               master, std::move(login), options.tls);
+        options.sentinels->start();
+    }
+    return options;
+}
+
 }  // namespace
 
 std::unique_ptr<store::Store> make_store(const config::GatewayConfig& config, const core::Clock& clock,
                                          metrics::Registry& registry,
                                          std::span<const std::unique_ptr<Worker>> workers) {
     if (config.store.backend == config::StoreBackend::memory) return std::make_unique<store::LocalStore>(clock);
-    const auto& rc = config.store.redis;
-    auto options = redis::options_from_env(rc);
-    if (rc.tls_enabled) options.tls = std::make_shared<tls::ClientContext>(rc.tls, config.source_path);
+    auto options = redis_options(config, *workers.front());
     auto redis = std::make_unique<redis::RedisStore>(std::move(options), clock, redis_metrics(registry));
     // store.redis.pool connections in all, split over the workers' event loops.
     auto count = static_cast<unsigned>(workers.size());
-    unsigned per_worker = std::max(1u, (rc.pool + count - 1) / count);
+    unsigned per_worker = std::max(1u, (config.store.redis.pool + count - 1) / count);
     for (const auto& w : workers) redis->attach(w->ioc.get_executor(), per_worker);
     redis->start_heartbeat(workers.front()->ioc.get_executor());
     return redis;
@@ -59,10 +76,7 @@ std::unique_ptr<store::Store> make_store(const config::GatewayConfig& config, co
 
 std::shared_ptr<RunTimeBook> make_shared_book(const config::GatewayConfig& config, Worker& first) {
     if (config.store.backend != config::StoreBackend::redis) return nullptr;
-    const auto& rc = config.store.redis;
-    auto options = redis::options_from_env(rc);
-    if (rc.tls_enabled) options.tls = std::make_shared<tls::ClientContext>(rc.tls, config.source_path);
-    auto keeper = std::make_unique<RedisKeeper>(first.ioc.get_executor(), options);
+    auto keeper = std::make_unique<RedisKeeper>(first.ioc.get_executor(), redis_options(config, first));
     auto& watcher = *keeper;
     auto book = std::make_shared<RunTimeBook>(std::move(keeper), "Redis");
     // Every replica sees another's change within a poll (SPEC §21: within 1 s).
@@ -73,7 +87,8 @@ std::shared_ptr<RunTimeBook> make_shared_book(const config::GatewayConfig& confi
 
 bool store_changed(const config::StoreConfig& was, const config::StoreConfig& now) {
     return now.backend != was.backend || now.redis.url != was.redis.url || now.redis.pool != was.redis.pool ||
-           now.redis.tls != was.redis.tls || now.state_file.path != was.state_file.path ||
+           now.redis.tls != was.redis.tls || now.redis.mode != was.redis.mode || now.redis.nodes != was.redis.nodes ||
+           now.redis.master != was.redis.master || now.state_file.path != was.state_file.path ||
            now.snapshot_interval != was.snapshot_interval;
 }
 

@@ -511,8 +511,11 @@ void RedisServer::resume() {
     if (process_) ::kill(process_->pid(), SIGCONT);
 }
 
-std::string RedisServer::commands(const std::vector<std::vector<std::string>>& list) const {
-    RawClient c(port_);
+namespace {
+
+/// Sends `list` on one connection to `port` and reads until each has a reply line.
+std::string resp_commands(unsigned short port, const std::vector<std::vector<std::string>>& list) {
+    RawClient c(port);
     if (!c.connected()) return "";
     std::string out;
     // Appended piece by piece: GCC 12 at -O3 misreports "*" + to_string(...) as an overlapping copy.
@@ -535,6 +538,42 @@ std::string RedisServer::commands(const std::vector<std::vector<std::string>>& l
            clock_type::now() < deadline)
         in += c.read_some(200ms);
     return in;
+}
+
+}  // namespace
+
+std::string RedisServer::commands(const std::vector<std::vector<std::string>>& list) const {
+    return resp_commands(port_, list);
+}
+
+RedisSentinel::RedisSentinel(const std::string& name, unsigned short master_port) : port_(free_port()) {
+    // Sentinel rewrites its file as it learns (replicas, the other sentinels, a failover).
+    auto conf = dir_.path() + "/sentinel.conf";
+    std::ofstream(conf) << "port " << port_ << "\nbind 127.0.0.1\ndir " << dir_.path() << "\nsentinel monitor " << name
+                        << " 127.0.0.1 " << master_port << " 2\nsentinel down-after-milliseconds " << name
+                        << " 1000\nsentinel failover-timeout " << name << " 5000\n";
+    process_.emplace(std::vector<std::string>{k_redis_server, conf, "--sentinel"}, dir_.path() + "/sentinel.log");
+    if (!wait_for_port(port_))
+        throw std::runtime_error("redis sentinel did not start: " + read_file(dir_.path() + "/sentinel.log"));
+}
+
+std::string RedisSentinel::command(const std::vector<std::string>& args) const { return resp_commands(port_, {args}); }
+
+unsigned short RedisSentinel::master_port(const std::string& name) const {
+    // *2\r\n$9\r\n127.0.0.1\r\n$4\r\n6379\r\n: the port is the last line.
+    RawClient c(port_);
+    if (!c.connected()) return 0;
+    auto request = "*3\r\n$8\r\nSENTINEL\r\n$23\r\nget-master-addr-by-name\r\n$" + std::to_string(name.size()) +
+                   "\r\n" + name + "\r\n";
+    c.send_all(request);
+    std::string in;
+    auto deadline = clock_type::now() + 2s;
+    while (std::count(in.begin(), in.end(), '\n') < 5 && !(in.starts_with("*-1")) && clock_type::now() < deadline)
+        in += c.read_some(100ms);
+    if (std::count(in.begin(), in.end(), '\n') < 5) return 0;
+    auto end = in.rfind("\r\n");
+    auto start = in.rfind('\n', end - 1) + 1;
+    return static_cast<unsigned short>(std::atoi(in.substr(start, end - start).c_str()));
 }
 
 bool GatewayUnderTest::wait_settled(double admitted, std::chrono::milliseconds timeout) const {

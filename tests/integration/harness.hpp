@@ -157,6 +157,24 @@ private:
     std::optional<Process> process_;
 };
 
+/// A Sentinel (`redis-server --sentinel`, the program Debian's redis-sentinel runs) of the
+/// test's own on a free loopback port, watching `master_port` as `name` with a quorum of 2, and
+/// quick to decide (down after 1 s) so a failover takes a few seconds.
+class RedisSentinel {
+public:
+    RedisSentinel(const std::string& name, unsigned short master_port);
+    unsigned short port() const { return port_; }
+    /// Raw RESP replies, as RedisServer::commands.
+    std::string command(const std::vector<std::string>& args) const;
+    /// The port of the server it names master of `name` now (0: none, or no answer).
+    unsigned short master_port(const std::string& name) const;
+
+private:
+    TempDir dir_;
+    unsigned short port_;
+    std::optional<Process> process_;
+};
+
 std::string chat_body(const std::string& model, const std::string& content, int max_tokens, bool stream,
                       bool include_usage = false);
 

@@ -21,6 +21,8 @@ enum class Unit { requests, cost, tokens, usd };
 enum class Rounding { floor, ceil };
 enum class StoreBackend { memory, redis };
 enum class OnStoreError { fail_open, fail_closed, local };
+/// store.redis.mode (SPEC §18): one server, or a master the sentinels name.
+enum class RedisMode { standalone, sentinel };
 
 const char* to_string(Level level);
 const char* to_string(Algorithm algorithm);
@@ -280,6 +282,10 @@ struct RedisConfig {
     OnStoreError on_error = OnStoreError::local;
     bool tls_enabled = false;  // a rediss:// URL
     ClientTlsConfig tls;
+    RedisMode mode = RedisMode::standalone;
+    /// sentinel: the sentinels, "host:port" each; the url gives only the scheme and the db.
+    std::vector<std::string> nodes;
+    std::string master;  // the name the sentinels monitor it by
 };
 
 struct StoreConfig {

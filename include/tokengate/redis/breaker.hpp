@@ -18,6 +18,9 @@ public:
     /// May a call go to Redis now? While open, true once per cool-down (the probe).
     bool allow();
     void record(bool success);
+    /// Redis is reachable again (a connection came up): the next call probes at once rather
+    /// than after the rest of the cool-down.
+    void probe_now();
     bool open() const { return open_until_.load(std::memory_order_acquire) != 0; }
 
 private:

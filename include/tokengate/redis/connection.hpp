@@ -48,6 +48,9 @@ struct Endpoint {
     int db = 0;
     bool tls = false;  // rediss://
     static Endpoint parse(std::string_view url);
+    /// `host:port` (a sentinel, or the master a sentinel names), with this one's tls and db.
+    Endpoint at(std::string_view host_port) const;
+    bool same_server(const Endpoint& other) const { return host == other.host && port == other.port; }
 };
 
 /// Appends one command in RESP (an array of bulk strings) to `out`.
@@ -89,6 +92,14 @@ public:
 
     void start();
     void stop();
+    /// Connects to `endpoint` from now on (a failover moved the master): a connection to
+    /// another server is dropped at once and made again there; one never started starts.
+    void retarget(Endpoint endpoint);
+    /// `vet` reads the handshake's replies before the connection is called ready; a non-empty
+    /// answer is why it is not (e.g. ROLE says the server is a replica), and it reconnects.
+    void set_vetting(std::function<std::string(const std::vector<Reply>&)> vet) { vet_ = std::move(vet); }
+    const boost::asio::any_io_executor& executor() const { return ex_; }
+    const Endpoint& endpoint() const { return endpoint_; }
     bool ready() const { return ready_; }
     std::size_t pending() const { return callbacks_.size(); }
     void send(std::span<const std::string> args, Callback done);
@@ -107,6 +118,7 @@ private:
     Endpoint endpoint_;
     std::vector<std::vector<std::string>> handshake_;
     StateHandler on_state_;
+    std::function<std::string(const std::vector<Reply>&)> vet_;
     std::vector<Reply> handshake_replies_;
     boost::asio::ip::tcp::resolver resolver_;
     boost::asio::ip::tcp::socket socket_;
@@ -127,6 +139,7 @@ private:
     bool connected_ = false;
     bool ready_ = false;
     bool stopped_ = false;
+    bool started_ = false;
     std::string last_error_;
 };
 

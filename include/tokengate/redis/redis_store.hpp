@@ -16,6 +16,7 @@
 #include "tokengate/limiter/decision.hpp"
 #include "tokengate/redis/breaker.hpp"
 #include "tokengate/redis/connection.hpp"
+#include "tokengate/redis/sentinel.hpp"
 #include "tokengate/store/local_store.hpp"
 
 namespace tokengate::redis {
@@ -26,6 +27,9 @@ struct StoreOptions {
     std::string password;  // AUTH, from TOKENGATE_REDIS_PASSWORD
     /// rediss://: the TLS context every connection uses (built from config.tls by the caller).
     std::shared_ptr<tls::ClientContext> tls;
+    /// mode sentinel: where the master is (started by the caller, stopped with the store).
+    /// Settlements then count as written once a replica has them too (WAIT).
+    std::shared_ptr<Sentinels> sentinels;
     /// Tests only: send this clock's time to the script instead of using Redis TIME.
     const core::Clock* script_clock = nullptr;
     /// A concurrency slot whose holder vanished (a crashed replica) frees itself after this.
@@ -134,6 +138,17 @@ private:
     boost::asio::awaitable<limiter::Decision> run_decision(std::span<const limiter::Charge> charges, bool commit);
     limiter::Decision fallback(std::span<const limiter::Charge> charges, bool commit);
     void send_settlement(Client& client, std::vector<std::string> args);
+    /// mode sentinel: settlements pipelined on the client's own connection for them, then WAIT
+    /// for one replica, so a failover does not lose one Redis acknowledged.
+    void send_replicated(Client& client, std::vector<std::string> args);
+    struct SettleBatch;
+    void send_batch(Client& client);
+    void batch_answered(Client& client, SettleBatch& batch, Result confirmation);
+    /// mode sentinel: what a master's ROLE said of its replicas.
+    void note_replicas(const Reply& role);
+    std::shared_ptr<Connection> open_connection(Client& client, const std::vector<std::vector<std::string>>& handshake,
+                                                bool counts_as_ready);
+    void prepare_script_call(const Client& client, std::vector<std::string>& args) const;
     void keep_for_retry(Client& client, std::vector<std::string> args);
     void flush_retries(Client& client);
     void note_failure(CallError error);
@@ -158,6 +173,9 @@ private:
     std::atomic<std::size_t> settlements_in_flight_{0};
     std::atomic<unsigned> ready_connections_{0};
     std::atomic<std::size_t> settlements_waiting_{0};
+    /// mode sentinel: the replicas the master last said it has (ROLE); -1 not known yet. With
+    /// none there is nobody to WAIT for.
+    std::atomic<int> master_replicas_{-1};
 
     StoreEvents events_;
 
