@@ -377,8 +377,9 @@ struct Loader {
         if (n["snapshot_interval"])
             config.store.snapshot_interval = r.duration(n["snapshot_interval"], "store.snapshot_interval");
         if (const auto& rd = n["redis"]) {
-            r.expect_map(rd, "store.redis",
-                         {"url", "prefix", "timeout", "pool", "on_error", "tls", "mode", "nodes", "master"});
+            r.expect_map(
+                rd, "store.redis",
+                {"url", "prefix", "timeout", "pool", "on_error", "tls", "mode", "nodes", "master", "flush_interval"});
             auto& c = config.store.redis;
             if (rd["url"]) {
                 c.url = r.string_of(rd["url"], "store.redis.url");
@@ -390,6 +391,11 @@ struct Loader {
             }
             if (rd["prefix"]) c.prefix = r.scalar(rd["prefix"], "store.redis.prefix");
             if (rd["timeout"]) c.timeout = r.duration(rd["timeout"], "store.redis.timeout");
+            if (rd["flush_interval"]) {
+                c.flush_interval = r.duration(rd["flush_interval"], "store.redis.flush_interval");
+                if (c.flush_interval > core::k_nanos_per_second)
+                    r.fail(rd["flush_interval"], "store.redis.flush_interval must be at most 1s");
+            }
             if (rd["pool"]) c.pool = static_cast<unsigned>(r.whole(rd["pool"], "store.redis.pool", 1, 1024));
             if (rd["on_error"]) {
                 auto e = r.string_of(rd["on_error"], "store.redis.on_error");

@@ -86,10 +86,13 @@ struct RedisStore::Client {
     std::vector<std::shared_ptr<Connection>> connections;
     std::string sha;  // of the script, as this thread's connections loaded it
     std::deque<std::vector<std::string>> retry;
-    // mode sentinel: settlements and their WAIT, which blocks its connection, away from decisions.
-    std::shared_ptr<Connection> settler;
+    // Settlements waiting for the next batch (SPEC §18: one call every flush_interval).
     std::vector<std::vector<std::string>> unsent;
+    std::optional<net::steady_timer> flush_timer;
+    bool flush_armed = false;
     bool batch_in_flight = false;
+    // mode sentinel: batches and their WAIT, which blocks its connection, away from decisions.
+    std::shared_ptr<Connection> settler;
 };
 
 RedisStore::RedisStore(StoreOptions options, const core::Clock& clock, StoreEvents events)
@@ -124,6 +127,7 @@ RedisStore::~RedisStore() { stop(); }
 void RedisStore::attach(net::any_io_executor ex, unsigned connections) {
     auto client = std::make_unique<Client>();
     client->ex = ex;
+    client->flush_timer.emplace(ex);
     auto handshake = login_commands(options_, endpoint_);
     // A master the sentinels named may have been demoted since: ROLE tells before any call.
     if (options_.sentinels) handshake.push_back({"ROLE"});
@@ -436,96 +440,102 @@ void RedisStore::settle(const Decision& decision, std::span<const Charge> charge
 }
 
 void RedisStore::send_settlement(Client& c, std::vector<std::string> args) {
-    if (c.settler) return send_replicated(c, std::move(args));
-    auto* conn = breaker_.open() || stopping_.load() ? nullptr : pick(c);
-    if (!conn) {
-        keep_for_retry(c, std::move(args));
-        return;
-    }
-    prepare_script_call(c, args);
-    ++settlements_in_flight_;
-    // The arguments are encoded at once; the callback keeps them (shared, not copied) in case
-    // the settlement has to be sent again.
-    auto held = std::make_shared<std::vector<std::string>>(std::move(args));
-    conn->send(*held, [this, &c, held](Result r) {
-        --settlements_in_flight_;
-        if (r.ok()) {
-            count_call("ok");
-            return;
-        }
-        auto& resend = *held;
-        if (is_noscript(r) && resend[0] == "EVALSHA") {
-            count_call("noscript");
-            as_eval(resend);
-            send_settlement(c, std::move(resend));
-            return;
-        }
-        count_call(r.error == CallError::none ? "error" : error_name(r.error));
-        keep_for_retry(c, std::move(resend));
-    });
-}
-
-void RedisStore::send_replicated(Client& c, std::vector<std::string> args) {
-    if (breaker_.open() || stopping_.load() || !c.settler->ready()) {
+    if (breaker_.open() || stopping_.load()) {
         keep_for_retry(c, std::move(args));
         return;
     }
     ++settlements_in_flight_;
     c.unsent.push_back(std::move(args));
-    if (!c.batch_in_flight) send_batch(c);
+    auto interval = options_.config.flush_interval;
+    if (interval <= 0 || c.unsent.size() >= k_batch_max) return flush_settlements(c);
+    if (c.flush_armed) return;
+    c.flush_armed = true;
+    c.flush_timer->expires_after(std::chrono::nanoseconds(interval));
+    c.flush_timer->async_wait([this, &c](boost::system::error_code ec) {
+        c.flush_armed = false;
+        if (!ec) flush_settlements(c);
+    });
 }
 
 struct RedisStore::SettleBatch {
     std::vector<std::vector<std::string>> settlements;
-    std::vector<Result> results;
+    Result applied;
     bool waits_for_replica = false;
+    bool as_text = false;  // EVAL: the server had lost the script (NOSCRIPT)
 };
 
-void RedisStore::send_batch(Client& c) {
-    auto batch = std::make_shared<SettleBatch>();
-    batch->settlements = std::move(c.unsent);
-    c.unsent.clear();
-    batch->results.resize(batch->settlements.size());
-    c.batch_in_flight = true;
-    for (std::size_t i = 0; i < batch->settlements.size(); ++i) {
-        prepare_script_call(c, batch->settlements[i]);
-        c.settler->send(batch->settlements[i], [batch, i](Result r) { batch->results[i] = std::move(r); });
+void RedisStore::flush_settlements(Client& c) {
+    // WAIT holds the settler until its batch is confirmed: one batch at a time there.
+    if ((c.settler && c.batch_in_flight) || c.unsent.empty()) return;
+    auto* conn = breaker_.open() ? nullptr : c.settler ? (c.settler->ready() ? c.settler.get() : nullptr) : pick(c);
+    if (!conn) {
+        for (auto& args : c.unsent) {
+            --settlements_in_flight_;
+            keep_for_retry(c, std::move(args));
+        }
+        c.unsent.clear();
+        return;
     }
-    // WAIT blocks only this connection. Redis replies to it after the settlements above, so
-    // when it answers, every one of them has answered too. A master without replicas (as just
-    // after a failover) has nobody to wait for: PING keeps the same order without waiting.
+    auto batch = std::make_shared<SettleBatch>();
+    auto n = std::min(c.unsent.size(), k_batch_max);
+    batch->settlements.assign(std::make_move_iterator(c.unsent.begin()),
+                              std::make_move_iterator(c.unsent.begin() + static_cast<std::ptrdiff_t>(n)));
+    c.unsent.erase(c.unsent.begin(), c.unsent.begin() + static_cast<std::ptrdiff_t>(n));
+    send_batch(c, *conn, std::move(batch));
+}
+
+void RedisStore::send_batch(Client& c, Connection& conn, std::shared_ptr<SettleBatch> batch) {
+    c.batch_in_flight = true;
+    auto args = settle_batch_call(c.sha, batch->settlements).args;
+    if (c.sha.empty() || batch->as_text) as_eval(args);
+    if (!c.settler) {
+        conn.send(args, [this, &c, batch](Result r) {
+            batch->applied = std::move(r);
+            batch_answered(c, batch, std::nullopt);
+        });
+        return;
+    }
+    conn.send(args, [batch](Result r) { batch->applied = std::move(r); });
+    // WAIT blocks only this connection, and Redis answers it after the batch, so the batch has
+    // answered by then. A master without replicas (as just after a failover) has nobody to
+    // wait for: PING keeps the order without waiting.
     batch->waits_for_replica = master_replicas_.load(std::memory_order_relaxed) != 0;
     auto wait_ms = std::to_string(std::max<core::Nanos>(1, options_.config.timeout / 1'000'000));
     const std::string wait[] = {"WAIT", "1", wait_ms};
     const std::string ping[] = {"PING"};
     std::span<const std::string> confirm = wait;
     if (!batch->waits_for_replica) confirm = ping;
-    c.settler->send(confirm, [this, &c, batch](Result r) { batch_answered(c, *batch, std::move(r)); });
+    conn.send(confirm, [this, &c, batch](Result r) { batch_answered(c, batch, std::move(r)); });
 }
 
-void RedisStore::batch_answered(Client& c, SettleBatch& batch, Result confirmation) {
+void RedisStore::batch_answered(Client& c, const std::shared_ptr<SettleBatch>& batch,
+                                std::optional<Result> confirmation) {
     c.batch_in_flight = false;
-    bool confirmed = confirmation.ok() && (!batch.waits_for_replica || confirmation.reply.integer >= 1);
-    for (std::size_t i = 0; i < batch.settlements.size(); ++i) {
-        --settlements_in_flight_;
-        auto& result = batch.results[i];
-        auto& settlement = batch.settlements[i];
-        if (result.ok() && confirmed) {
-            count_call("ok");
-        } else if (is_noscript(result) && settlement[0] == "EVALSHA") {
-            count_call("noscript");
-            as_eval(settlement);
-            send_replicated(c, std::move(settlement));
-        } else {
-            // Unanswered, or answered by a master no replica has confirmed yet (one that fell
-            // before a replica had it would lose it): sent again, to whichever master there is
-            // then; the script applies a lease's settlement once.
-            if (!result.ok()) count_call(error_name(result.error));
-            else count_call(confirmation.ok() ? "unreplicated" : error_name(confirmation.error));
-            keep_for_retry(c, std::move(settlement));
+    const auto& applied = batch->applied;
+    if (is_noscript(applied) && !batch->as_text) {
+        // SCRIPT FLUSH or a restarted Redis: the text, once, which loads it again.
+        count_call("noscript");
+        batch->as_text = true;
+        auto* conn = c.settler ? c.settler.get() : pick(c);
+        if (conn && conn->ready()) return send_batch(c, *conn, batch);
+    }
+    bool confirmed =
+        !confirmation || (confirmation->ok() && (!batch->waits_for_replica || confirmation->reply.integer >= 1));
+    if (applied.ok() && confirmed) {
+        count_call("ok");
+        settlements_in_flight_ -= batch->settlements.size();
+    } else {
+        // Unanswered, refused, or answered by a master no replica has confirmed yet (one that
+        // fell before a replica had them would lose them): each is sent again, to whichever
+        // master there is then; the script applies a lease's settlement once.
+        if (!applied.ok()) count_call(error_name(applied.error));
+        else count_call(confirmation->ok() ? "unreplicated" : error_name(confirmation->error));
+        for (auto& args : batch->settlements) {
+            --settlements_in_flight_;
+            keep_for_retry(c, std::move(args));
         }
     }
-    if (!c.unsent.empty()) send_batch(c);
+    flush_settlements(c);
 }
 
 void RedisStore::keep_for_retry(Client& c, std::vector<std::string> args) {

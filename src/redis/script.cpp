@@ -77,14 +77,17 @@ if op == 'heartbeat' then
   return redis.call('ZCARD', KEYS[1])
 end
 
-if op == 'settle' then
+-- Settles one request: KEYS[k + 1 .. k + n]; ARGV[a] its lease, ARGV[a + 1] its marker, then
+-- four per key (kind, capacity, rate, amount).
+local function settle(k, a, n)
   -- A retried settlement whose first attempt did land must not apply twice.
-  if ARGV[4] ~= '' and not redis.call('SET', ARGV[4], 1, 'NX', 'PX', 120000) then return 0 end
-  for i, key in ipairs(KEYS) do
-    local b = 5 + (i - 1) * 4
+  if ARGV[a + 1] ~= '' and not redis.call('SET', ARGV[a + 1], 1, 'NX', 'PX', 120000) then return end
+  for i = 1, n do
+    local key = KEYS[k + i]
+    local b = a + 2 + (i - 1) * 4
     local kind, cap_s, rate_s = ARGV[b], ARGV[b + 1], ARGV[b + 2]
     if kind == 'c' then
-      redis.call('ZREM', key, ARGV[3] .. '|' .. ARGV[b + 3])
+      redis.call('ZREM', key, ARGV[a] .. '|' .. ARGV[b + 3])
     elseif kind == 'q' then
       -- A quota's key names its window: a window that has ended (and expired) takes nothing.
       if redis.call('EXISTS', key) == 1 then
@@ -103,6 +106,22 @@ if op == 'settle' then
       end
       save_rate(key, tat, cap_s, rate_s)
     end
+  end
+end
+
+if op == 'settle' then
+  settle(0, 3, #KEYS)
+  return 1
+end
+
+-- Many settlements, in order: from ARGV[3], each is its key count, then settle()'s arguments.
+if op == 'settle_batch' then
+  local k, a = 0, 3
+  while a <= #ARGV do
+    local n = tonumber(ARGV[a])
+    settle(k, a + 1, n)
+    k = k + n
+    a = a + 3 + 4 * n
   end
   return 1
 end
@@ -488,6 +507,31 @@ ScriptCall settle_call(std::string_view sha, std::string_view prefix, std::span<
         a.push_back(number_text(c->spec->current_rate()));
         // A lease is named by the amount it took, exactly as decide_call wrote it.
         a.push_back(number_text(kind == 'c' ? c->amount : actual.in(c->spec->unit) - c->amount));
+    }
+    return call;
+}
+
+ScriptCall settle_batch_call(std::string_view sha, std::span<const std::vector<std::string>> settlements) {
+    // Each is settle_call's: EVALSHA sha n key... 'settle' time lease marker item...
+    ScriptCall call;
+    auto& a = call.args;
+    a.emplace_back("EVALSHA");
+    a.emplace_back(sha);
+    std::size_t keys = 0;
+    for (const auto& s : settlements) keys += std::stoul(s[2]);
+    a.push_back(std::to_string(keys));
+    for (const auto& s : settlements) {
+        auto n = std::stoul(s[2]);
+        a.insert(a.end(), s.begin() + 3, s.begin() + 3 + static_cast<std::ptrdiff_t>(n));
+    }
+    a.emplace_back("settle_batch");
+    // One time for all: the latest (Redis TIME, unless a test's clock gave one).
+    a.push_back(settlements.empty() ? std::string() : settlements.back()[3 + std::stoul(settlements.back()[2]) + 1]);
+    for (const auto& s : settlements) {
+        auto n = std::stoul(s[2]);
+        a.push_back(s[2]);
+        // lease, marker, then four per key
+        a.insert(a.end(), s.begin() + 3 + static_cast<std::ptrdiff_t>(n) + 2, s.end());
     }
     return call;
 }

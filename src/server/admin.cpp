@@ -376,6 +376,7 @@ net::awaitable<Response> handle(Services& services, const http::request<http::st
         services.metrics.queue_depth.clear();
         for (const auto& [key, depth] : services.store->queue_depths())
             services.metrics.queue_depth.set({key}, static_cast<double>(depth));
+        services.metrics.settlements_pending.set({}, static_cast<double>(services.store->settlements_outstanding()));
         Response res{http::status::ok, 11};
         res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
         res.body() = services.registry.render();

@@ -31,6 +31,10 @@ GatewayMetrics::GatewayMetrics(metrics::Registry& r)
       upstream_ttfb(r.histogram("tokengate_upstream_ttfb_seconds", "Time to the upstream's response head.",
                                 {"upstream"}, k_latency_buckets)),
       queue_depth(r.gauge("tokengate_queue_depth", "Requests waiting in a shaping queue.", {"limit"})),
+      settlements_pending(r.gauge("tokengate_store_settlements_pending",
+                                  "Settlements the store has not yet acknowledged (batched, in flight, or waiting to "
+                                  "be retried).",
+                                  {})),
       queue_wait(r.histogram("tokengate_queue_wait_seconds", "Time a request waited in a shaping queue.", {"limit"},
                              k_latency_buckets)),
       inflight(r.gauge("tokengate_inflight", "Requests in flight to an upstream.", {"upstream"})),

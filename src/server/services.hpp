@@ -48,6 +48,7 @@ struct GatewayMetrics {
     metrics::Family& upstream_duration;
     metrics::Family& upstream_ttfb;
     metrics::Family& queue_depth;
+    metrics::Family& settlements_pending;
     metrics::Family& queue_wait;
     metrics::Family& inflight;
     metrics::Family& remaining_ratio;

@@ -198,7 +198,8 @@ public:
     static constexpr const char* admin_token = "test-admin-token";
     Response admin(Request r) const;
     /// Waits until every admitted request has been settled (tokengate_admitted_total equals
-    /// tokengate_settled_total, with at least `admitted` admissions): no guessing with sleeps.
+    /// tokengate_settled_total, with at least `admitted` admissions) and the store has every
+    /// settlement written (tokengate_store_settlements_pending 0): no guessing with sleeps.
     bool wait_settled(double admitted, std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
     /// /metrics once at least `answered` requests are counted in it: a request's access line
     /// and metrics are recorded just after its last byte reached the client.

@@ -49,19 +49,22 @@ Charge charge(const LimitSpec& s, Level level, std::string subject, double amoun
 /// A RedisStore on the test thread's own event loop.
 struct Fixture {
     explicit Fixture(const RedisServer& redis, const core::Clock* script_clock = nullptr,
-                     config::OnStoreError on_error = config::OnStoreError::fail_closed)
-        : store(make_options(redis, script_clock, on_error), clock, counting(calls)) {
+                     config::OnStoreError on_error = config::OnStoreError::fail_closed, core::Nanos flush_interval = 0)
+        : store(make_options(redis, script_clock, on_error, flush_interval), clock, counting(calls)) {
         store.attach(ioc.get_executor(), 1);
         for (auto deadline = std::chrono::steady_clock::now() + 5s;
              !store.ready() && std::chrono::steady_clock::now() < deadline;)
             ioc.run_for(5ms);
     }
     static redis::StoreOptions make_options(const RedisServer& redis, const core::Clock* script_clock,
-                                            config::OnStoreError on_error) {
+                                            config::OnStoreError on_error, core::Nanos flush_interval) {
         redis::StoreOptions o;
         o.config.url = redis.url();
         o.config.timeout = 200'000'000;
         o.config.on_error = on_error;
+        // 0 unless a test says: each settlement at once, as the arithmetic is compared with the
+        // memory store's step by step.
+        o.config.flush_interval = flush_interval;
         o.script_clock = script_clock;
         return o;
     }
@@ -391,6 +394,37 @@ TEST(RedisStore, ASettlementThatCannotReachRedisIsRetriedWhenItIsBack) {
     f.run_until([&] { return f.store.settlements_outstanding() == 0; });
     EXPECT_EQ(f.store.settlements_outstanding(), 0u);
     EXPECT_TRUE(f.run(true, charges).allowed) << "the slot was released on Redis";
+}
+
+TEST(RedisStore, SettlementsGoInOneCallPerFlushInterval) {
+    REQUIRE_REDIS();
+    RedisServer redis;
+    Fixture f(redis, nullptr, config::OnStoreError::fail_closed, 5'000'000);
+    auto slots = spec("slots", Algorithm::concurrency, 300, 0);
+    auto tokens = spec("tokens", Algorithm::token_bucket, 100000, 0.001, config::Unit::cost);
+    std::vector<Charge> charges = {charge(slots, Level::global, "*", 1), charge(tokens, Level::tenant, "acme", 100)};
+    std::vector<Decision> held;
+    for (int i = 0; i < 300; ++i) {
+        held.push_back(f.run(true, charges));
+        ASSERT_TRUE(held.back().allowed);
+    }
+    ASSERT_FALSE(f.run(true, charges).allowed);  // every slot taken
+    auto calls_before = f.calls["ok"];
+    ASSERT_EQ(redis.command({"CONFIG", "RESETSTAT"}), "+OK\r\n");
+    config::Amounts used;
+    used.cost = 40;  // each gives 60 back
+    for (const auto& d : held) f.store.settle(d, limiter::charged(charges, d), used);
+    // 256 wait: they go at once; the other 44 when the interval is up.
+    EXPECT_EQ(f.store.settlements_outstanding(), 300u);
+    f.run_until([&] { return f.store.settlements_outstanding() == 0; });
+    EXPECT_EQ(f.calls["ok"] - calls_before, 2);
+    auto stats = redis.command({"INFO", "commandstats"});
+    EXPECT_NE(stats.find("cmdstat_evalsha:calls=2,"), std::string::npos) << stats;
+    // Every slot back, every refund made: 100000 - 300 * 40 = 88000 left.
+    auto d = f.run(false, charges);
+    EXPECT_TRUE(d.allowed);
+    EXPECT_NEAR(d.statuses[0].verdict.remaining, 299, 0.5);
+    EXPECT_NEAR(d.statuses[1].verdict.remaining, 88000 - 100, 1);
 }
 
 }  // namespace

@@ -286,6 +286,8 @@ struct RedisConfig {
     /// sentinel: the sentinels, "host:port" each; the url gives only the scheme and the db.
     std::vector<std::string> nodes;
     std::string master;  // the name the sentinels monitor it by
+    /// Settlements are sent in one call per worker this often (0: each at once).
+    core::Nanos flush_interval = 5'000'000;
 };
 
 struct StoreConfig {

@@ -117,6 +117,8 @@ public:
     /// A waiter in a ranked queue asks again at least this often: to hear that it moved up or
     /// was displaced, and to keep its place (Redis drops a place not asked about for 5 s).
     static constexpr core::Nanos k_turn_poll = 500'000'000;
+    /// A batch of settlements goes at once when this many wait (SPEC §18).
+    static constexpr std::size_t k_batch_max = 256;
 
     /// Whether the calling thread has a connection ready.
     bool ready();
@@ -137,13 +139,14 @@ private:
     boost::asio::awaitable<Result> call(Client& client, std::vector<std::string> args);
     boost::asio::awaitable<limiter::Decision> run_decision(std::span<const limiter::Charge> charges, bool commit);
     limiter::Decision fallback(std::span<const limiter::Charge> charges, bool commit);
+    /// Into this thread's next batch: sent every store.redis.flush_interval, or at once when
+    /// k_batch_max wait. In mode sentinel the batch goes on the client's own connection, then
+    /// WAIT 1, so a failover does not lose a settlement Redis acknowledged.
     void send_settlement(Client& client, std::vector<std::string> args);
-    /// mode sentinel: settlements pipelined on the client's own connection for them, then WAIT
-    /// for one replica, so a failover does not lose one Redis acknowledged.
-    void send_replicated(Client& client, std::vector<std::string> args);
+    void flush_settlements(Client& client);
     struct SettleBatch;
-    void send_batch(Client& client);
-    void batch_answered(Client& client, SettleBatch& batch, Result confirmation);
+    void send_batch(Client& client, Connection& connection, std::shared_ptr<SettleBatch> batch);
+    void batch_answered(Client& client, const std::shared_ptr<SettleBatch>& batch, std::optional<Result> confirmation);
     /// mode sentinel: what a master's ROLE said of its replicas.
     void note_replicas(const Reply& role);
     std::shared_ptr<Connection> open_connection(Client& client, const std::vector<std::vector<std::string>>& handshake,

@@ -37,6 +37,9 @@ ScriptCall decide_call(std::string_view sha, std::string_view prefix, std::span<
 /// window it was charged in.
 ScriptCall settle_call(std::string_view sha, std::string_view prefix, std::span<const limiter::Charge> charged,
                        const config::Amounts& actual, std::string_view lease, double now_us);
+/// One EVALSHA applying `settlements` (each a settle_call's arguments) in order: what a
+/// replica sends every store.redis.flush_interval instead of a call each.
+ScriptCall settle_batch_call(std::string_view sha, std::span<const std::vector<std::string>> settlements);
 /// EVALSHA for the admin API: a quota's top-up (`add`), `reset`, and its state after them.
 ScriptCall quota_call(std::string_view sha, std::string_view prefix, const limiter::Charge& charge,
                       const core::CalendarWindow& window, core::Nanos unix_now, double add, bool reset);
