@@ -60,7 +60,11 @@ start_tokengate() {  # name workers store
     echo "global_limits: [ { name: gpu, algorithm: leaky_bucket, mode: police, capacity: 1000000000, rate: 1000000000/s, unit: cost } ]"
     echo "log: { access: $work/$name/access.log, level: warn }"
     if [ "$store" != memory ]; then
-      echo "store: { backend: redis, redis: { url: \"redis://127.0.0.1:$redis_port/0\", timeout: 250ms, pool: 8, on_error: fail_closed } }"
+      echo "store:"
+      echo "  backend: redis"
+      echo "  redis: { url: \"redis://127.0.0.1:$redis_port/0\", timeout: 250ms, pool: 8, on_error: fail_closed }"
+      # SPEC §18: the route, IP and global limits leased, only the tenant's decided in Redis.
+      if [ "$store" = redis+leases ]; then echo "  leases: { fraction: 0.05, min_period: 200ms }"; fi
     fi
   } > "$work/$name/gateway.yaml"
   "$bin" serve -c "$work/$name/gateway.yaml" > "$work/$name/out.log" 2>&1 & pids+=($!); echo "$p $!"
@@ -75,11 +79,12 @@ for workers in 1 2; do
   read -r m_port m_pid < <(start_tokengate "memory-$workers" "$workers" memory)
   read -r r_port r_pid < <(start_tokengate "redis-$workers" "$workers" redis)
   read -r q_port q_pid < <(start_tokengate "quota-$workers" "$workers" redis+quota)
-  wait_port "$m_port"; wait_port "$r_port"; wait_port "$q_port"
+  read -r l_port l_pid < <(start_tokengate "leases-$workers" "$workers" redis+leases)
+  wait_port "$m_port"; wait_port "$r_port"; wait_port "$q_port"; wait_port "$l_port"
   for conns in 64 256; do
     read -r _ m_rps m_p50 m_p99 m_bad _ _ < <(run_wrk "$m_port" "$conns")
     printf '%-16s %3s %5s %10s %9s %9s %8s %10s %10s %10s %14s\n' memory "$workers" "$conns" "$m_rps" "$m_p50" "$m_p99" "$m_bad" "1.00" "-" "-" "-"
-    for shared in "redis $r_port" "redis+quota $q_port"; do
+    for shared in "redis $r_port" "redis+quota $q_port" "redis+leases $l_port"; do
       read -r name p <<< "$shared"
       redis CONFIG RESETSTAT > /dev/null
       cpu_before=$(redis_cpu)
@@ -94,6 +99,6 @@ for workers in 1 2; do
       printf '%-16s %3s %5s %10s %9s %9s %8s %10s %10s %10s %14s\n' "$name" "$workers" "$conns" "$r_rps" "$r_p50" "$r_p99" "$r_bad" "$ratio" "$per_req" "$redis_busy" "$us_req"
     done
   done
-  kill "$m_pid" "$r_pid" "$q_pid" 2>/dev/null || true; sleep 0.3
+  kill "$m_pid" "$r_pid" "$q_pid" "$l_pid" 2>/dev/null || true; sleep 0.3
 done
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB; $(date -u +%Y-%m-%d); wrk -t2, ${secs}s per run; redis-server $(redis-server --version | grep -o 'v=[0-9.]*'); logs in $work with BENCH_KEEP=1"

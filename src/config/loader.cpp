@@ -354,7 +354,7 @@ struct Loader {
     }
 
     void store(const YAML::Node& n) {
-        r.expect_map(n, "store", {"backend", "redis", "state_file", "snapshot_interval"});
+        r.expect_map(n, "store", {"backend", "redis", "state_file", "snapshot_interval", "leases"});
         if (n["backend"]) {
             auto b = r.string_of(n["backend"], "store.backend");
             if (b == "memory") config.store.backend = StoreBackend::memory;
@@ -376,6 +376,19 @@ struct Loader {
         }
         if (n["snapshot_interval"])
             config.store.snapshot_interval = r.duration(n["snapshot_interval"], "store.snapshot_interval");
+        if (const auto& l = n["leases"]) {
+            if (config.store.backend != StoreBackend::redis)
+                r.fail(l,
+                       "store.leases shares route, IP and global limits through Redis: it needs store.backend redis");
+            r.expect_map(l, "store.leases", {"fraction", "min_period"});
+            auto& leases = config.store.leases.emplace();
+            if (l["fraction"]) {
+                leases.fraction = r.number(l["fraction"], "store.leases.fraction");
+                if (!(leases.fraction > 0 && leases.fraction <= 0.5))
+                    r.fail(l["fraction"], "store.leases.fraction must be above 0 and at most 0.5");
+            }
+            if (l["min_period"]) leases.min_period = r.duration(l["min_period"], "store.leases.min_period");
+        }
         if (const auto& rd = n["redis"]) {
             r.expect_map(
                 rd, "store.redis",

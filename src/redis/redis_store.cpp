@@ -17,6 +17,8 @@
 
 #include "tokengate/redis/script.hpp"
 
+#include <cmath>
+
 namespace tokengate::redis {
 
 namespace net = boost::asio;
@@ -110,6 +112,9 @@ RedisStore::RedisStore(StoreOptions options, const core::Clock& clock, StoreEven
                    else spdlog::info("redis circuit breaker closed: shared limits resume");
                }),
       id_(++g_store_ids),
+      leases_(options_.leases ? std::optional<LeaseBook>(std::in_place, options_.leases->fraction,
+                                                         options_.leases->min_period, clock)
+                              : std::nullopt),
       events_(std::move(events)) {}
 
 std::vector<std::vector<std::string>> login_commands(const StoreOptions& options, const Endpoint& endpoint) {
@@ -194,7 +199,7 @@ void RedisStore::stop() {
 }
 
 std::size_t RedisStore::settlements_outstanding() const {
-    return settlements_in_flight_.load() + settlements_waiting_.load();
+    return settlements_in_flight_.load() + settlements_waiting_.load() + renewals_in_flight_.load();
 }
 
 RedisStore::Client* RedisStore::client_here() {
@@ -310,13 +315,140 @@ net::awaitable<Decision> RedisStore::run_decision(std::span<const Charge> charge
         count_call("skipped");
         co_return fallback(charges, commit);
     }
+    if (!leases_ || std::none_of(charges.begin(), charges.end(), LeaseBook::leased)) {
+        if (auto d = co_await ask_redis(*client, charges, commit)) co_return std::move(*d);
+        co_return fallback(charges, commit);
+    }
+    // SPEC §18: the leased limits here, the tenant's in Redis, all or nothing across both.
+    LeasedSplit split;
+    for (std::size_t i = 0; i < charges.size(); ++i) {
+        if (LeaseBook::leased(charges[i])) {
+            split.leased.push_back(&charges[i]);
+            split.leased_at.push_back(i);
+        } else {
+            split.shared.push_back(charges[i]);
+            split.shared_at.push_back(i);
+        }
+    }
+    if (commit) {
+        auto short_of = co_await take_leases(*client, split.leased);
+        if (!short_of) co_return fallback(charges, commit);  // Redis did not answer a renewal
+        if (*short_of >= 0) {
+            Decision refused;
+            refused.statuses.resize(charges.size());
+            for (std::size_t i = 0; i < charges.size(); ++i) {
+                auto& st = refused.statuses[i];
+                st.spec = charges[i].spec;
+                st.level = charges[i].level;
+                st.verdict.admitted = true;  // not asked: nothing of it was taken
+                st.verdict.remaining = charges[i].spec->capacity;
+            }
+            auto at = split.leased_at[static_cast<std::size_t>(*short_of)];
+            refused.statuses[at].verdict = leases_->verdict(charges[at], false);
+            limiter::resolve(refused);
+            co_return refused;
+        }
+    }
+    Decision d;
+    if (!split.shared.empty()) {
+        auto asked = co_await ask_redis(*client, split.shared, commit);
+        if (!asked) {
+            if (commit) leases_->give_back(split.leased);
+            co_return fallback(charges, commit);
+        }
+        if (commit && !asked->allowed) leases_->give_back(split.leased);
+        d.keeper = asked->keeper;
+        d.lease = std::move(asked->lease);
+        d.statuses.resize(charges.size());
+        for (std::size_t k = 0; k < split.shared_at.size(); ++k) d.statuses[split.shared_at[k]] = asked->statuses[k];
+    } else {
+        d.statuses.resize(charges.size());
+        if (commit) d.keeper = limiter::Keeper::shared;
+    }
+    bool taken = commit && (split.shared.empty() || d.keeper == limiter::Keeper::shared);
+    for (std::size_t k = 0; k < split.leased.size(); ++k) {
+        const auto& c = *split.leased[k];
+        auto& st = d.statuses[split.leased_at[k]];
+        st.spec = c.spec;
+        st.level = c.level;
+        bool admits = commit || leases_->covers(c);
+        st.verdict = leases_->verdict(c, admits);
+        st.charged = taken && admits;
+    }
+    limiter::resolve(d);
+    if (taken)
+        for (auto& renewal : leases_->due(split.leased))
+            net::co_spawn(client->ex, renew(*client, std::move(renewal.charge)), net::detached);
+    co_return d;
+}
+
+net::awaitable<std::optional<std::ptrdiff_t>> RedisStore::take_leases(Client& client,
+                                                                      std::span<const Charge* const> leased) {
+    net::steady_timer pause(client.ex);
+    auto deadline = clock_.now() + options_.config.timeout;
+    for (;;) {
+        auto lacking = leases_->take(leased);
+        if (!lacking) co_return -1;
+        const auto& charge = *leased[*lacking];
+        if (leases_->waiting_for_refill(charge)) co_return static_cast<std::ptrdiff_t>(*lacking);
+        if (leases_->start_renewal(charge)) {
+            // Short: one renewal for this lease, taken before this request goes on.
+            auto want = charge;
+            want.amount = leases_->lease_size(charge);
+            auto granted = co_await lease_from_redis(client, want, charge.amount);
+            if (granted < 0) co_return std::nullopt;
+            if (granted == 0) co_return static_cast<std::ptrdiff_t>(*lacking);
+            continue;
+        }
+        // Another request's renewal of it is on its way: its answer decides this one too.
+        if (clock_.now() >= deadline) co_return static_cast<std::ptrdiff_t>(*lacking);
+        pause.expires_after(std::chrono::milliseconds(1));
+        co_await pause.async_wait(k_use);
+    }
+}
+
+net::awaitable<void> RedisStore::renew(Client& client, Charge want) { co_await lease_from_redis(client, want, 0); }
+
+net::awaitable<double> RedisStore::lease_from_redis(Client& client, const Charge& want, double least) {
+    ++renewals_in_flight_;
+    auto r = co_await call(client, lease_call("", options_.config.prefix, want, least, script_now_us()).args);
+    --renewals_in_flight_;
+    auto answer = r.ok() ? parse_lease(r.reply) : std::nullopt;
+    if (!answer) {
+        leases_->granted(want, 0, std::nan(""));
+        breaker_.record(false);
+        note_failure(r.error);
+        co_return -1;
+    }
+    breaker_.record(true);
+    note_success();
+    leases_->granted(want, answer->first, answer->second);
+    if (draining_.load()) release_leases();  // what came after the shutdown's release goes back too
+    co_return answer->first;
+}
+
+void RedisStore::release_leases() {
+    draining_ = true;
+    return_leases(true);
+}
+
+void RedisStore::return_leases(bool everything) {
+    if (!leases_) return;
+    for (auto& unused : leases_->expire(everything)) {
+        auto marker = options_.config.prefix + "settled:" + next_lease();
+        submit(lease_return_call("", options_.config.prefix, unused.charge, marker, script_now_us()).args);
+    }
+}
+
+net::awaitable<std::optional<Decision>> RedisStore::ask_redis(Client& client, std::span<const Charge> charges,
+                                                              bool commit) {
     auto lease = commit ? next_lease() : std::string();
     auto lease_ms = static_cast<double>(options_.lease) / 1e6;
     auto unix_now = quota_now();
     auto windows = quota_windows(charges, unix_now);
-    auto r = co_await call(*client, decide_call("", options_.config.prefix, charges, windows, unix_now, commit, lease,
-                                                lease_ms, script_now_us())
-                                        .args);
+    auto r = co_await call(client, decide_call("", options_.config.prefix, charges, windows, unix_now, commit, lease,
+                                               lease_ms, script_now_us())
+                                       .args);
     if (r.ok()) {
         std::string error;
         if (auto d = parse_decision(r.reply, charges, error)) {
@@ -329,7 +461,7 @@ net::awaitable<Decision> RedisStore::run_decision(std::span<const Charge> charge
                 d->keeper = limiter::Keeper::shared;
                 d->lease = std::move(lease);
             }
-            flush_retries(*client);
+            flush_retries(client);
             co_return std::move(*d);
         }
         spdlog::error("redis: {}", error);
@@ -346,9 +478,9 @@ net::awaitable<Decision> RedisStore::run_decision(std::span<const Charge> charge
         std::vector<Charge> slots;
         for (const auto& c : charges)
             if (c.spec->algorithm == config::Algorithm::concurrency) slots.push_back(c);
-        if (!slots.empty()) keep_for_retry(*client, settle_call("", options_.config.prefix, slots, {}, lease, -1).args);
+        if (!slots.empty()) keep_for_retry(client, settle_call("", options_.config.prefix, slots, {}, lease, -1).args);
     }
-    co_return fallback(charges, commit);
+    co_return std::nullopt;
 }
 
 net::awaitable<limiter::ShapeQueue::StartCheck> RedisStore::queue_turn(const Decision& decision, const Charge& charge,
@@ -420,7 +552,17 @@ net::awaitable<std::optional<limiter::QuotaState>> RedisStore::quota(const Charg
 void RedisStore::settle(const Decision& decision, std::span<const Charge> charged, const config::Amounts& actual) {
     if (decision.keeper == limiter::Keeper::memory) return local_.settle(charged, actual, decision.lease);
     if (decision.keeper != limiter::Keeper::shared) return;
-    auto args = settle_call("", options_.config.prefix, charged, actual, decision.lease, script_now_us()).args;
+    if (!leases_)
+        return submit(settle_call("", options_.config.prefix, charged, actual, decision.lease, script_now_us()).args);
+    config::Charges in_redis;
+    for (const auto& c : charged) {
+        if (!LeaseBook::leased(c)) in_redis.push_back(c);
+        else if (limiter::settles(c, actual)) leases_->settle(c, actual.in(c.spec->unit) - c.amount);
+    }
+    submit(settle_call("", options_.config.prefix, in_redis, actual, decision.lease, script_now_us()).args);
+}
+
+void RedisStore::submit(std::vector<std::string> args) {
     if (args.empty()) return;
     if (auto* here = client_here()) {
         send_settlement(*here, std::move(args));
@@ -564,6 +706,7 @@ net::awaitable<void> RedisStore::retry_loop(Client& c) {
         auto [ec] = co_await timer.async_wait(k_use);
         if (ec) co_return;
         if (!c.retry.empty() && pick(c)) flush_retries(c);
+        if (!draining_.load()) return_leases(false);  // leases idle for min_period go back
     }
 }
 

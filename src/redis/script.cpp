@@ -126,6 +126,20 @@ if op == 'settle_batch' then
   return 1
 end
 
+-- A replica's lease of a shared rate bucket (SPEC §18): up to ARGV[5] units taken at once, none
+-- unless at least ARGV[6] are there. ARGV[3], ARGV[4]: capacity and rate; ARGV[7]: the initial
+-- fill. Reply {granted, the level after}.
+if op == 'lease' then
+  local cap_s, rate_s = ARGV[3], ARGV[4]
+  local cap, rate, want, least = tonumber(cap_s), tonumber(rate_s), tonumber(ARGV[5]), tonumber(ARGV[6])
+  local tat = math.max(load_rate(KEYS[1], cap_s, rate_s, tonumber(ARGV[7])), now)
+  local level = cap - (tat - now) * rate / 1e6
+  local grant = math.min(want, level)
+  if not (grant + EPS >= least) or grant <= 0 then return {'0', num(level)} end
+  save_rate(KEYS[1], tat + grant * 1e6 / rate, cap_s, rate_s)
+  return {num(grant), num(level - grant)}
+end
+
 -- Admin: a quota's top-up (ARGV[3], may be 0) and reset (ARGV[4] == '1'); ARGV[5]: its TTL in ms.
 if op == 'quota' then
   if ARGV[4] == '1' then redis.call('DEL', KEYS[1]) end
@@ -533,6 +547,55 @@ ScriptCall settle_batch_call(std::string_view sha, std::span<const std::vector<s
         // lease, marker, then four per key
         a.insert(a.end(), s.begin() + 3 + static_cast<std::ptrdiff_t>(n) + 2, s.end());
     }
+    return call;
+}
+
+ScriptCall lease_call(std::string_view sha, std::string_view prefix, const limiter::Charge& charge, double least,
+                      double now_us) {
+    const auto& spec = *charge.spec;
+    ScriptCall call;
+    call.args = {"EVALSHA",
+                 std::string(sha),
+                 "1",
+                 key_for(prefix, charge, {}),
+                 "lease",
+                 time_arg(now_us),
+                 number_text(spec.capacity),
+                 number_text(spec.current_rate()),
+                 number_text(charge.amount),
+                 number_text(least),
+                 number_text(spec.algorithm == config::Algorithm::token_bucket ? spec.initial : 1.0)};
+    return call;
+}
+
+std::optional<std::pair<double, double>> parse_lease(const Reply& reply) {
+    if (reply.type != Reply::Type::array || reply.elements.size() != 2) return std::nullopt;
+    double granted = 0, level = 0;
+    const auto& g = reply.elements[0].str;
+    const auto& l = reply.elements[1].str;
+    auto [p1, e1] = std::from_chars(g.data(), g.data() + g.size(), granted);
+    auto [p2, e2] = std::from_chars(l.data(), l.data() + l.size(), level);
+    if (e1 != std::errc{} || e2 != std::errc{} || !std::isfinite(granted) || !std::isfinite(level)) return std::nullopt;
+    return std::pair{granted, level};
+}
+
+ScriptCall lease_return_call(std::string_view sha, std::string_view prefix, const limiter::Charge& unused,
+                             std::string_view marker, double now_us) {
+    const auto& spec = *unused.spec;
+    ScriptCall call;
+    // A settlement of one rate bucket by -amount: settle_batch_call takes it with the others.
+    call.args = {"EVALSHA",
+                 std::string(sha),
+                 "1",
+                 key_for(prefix, unused, {}),
+                 "settle",
+                 time_arg(now_us),
+                 "",
+                 std::string(marker),
+                 "r",
+                 number_text(spec.capacity),
+                 number_text(spec.current_rate()),
+                 number_text(-unused.amount)};
     return call;
 }
 

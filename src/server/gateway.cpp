@@ -261,7 +261,9 @@ private:
         }
         if (services_.open_connections.load() > 0)
             spdlog::warn("drain timeout: closing {} connections still open", services_.open_connections.load());
-        // Settlements still on their way to a shared store get a moment to land.
+        // Settlements still on their way to a shared store get a moment to land, with what
+        // this replica holds of its shared limits.
+        services_.store->release_leases();
         auto settle_deadline = std::max(deadline, clock.now() + 2 * core::k_nanos_per_second);
         while (services_.store->settlements_outstanding() > 0 && clock.now() < settle_deadline) {
             timer.expires_after(std::chrono::milliseconds(20));

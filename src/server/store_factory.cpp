@@ -55,6 +55,7 @@ redis::StoreOptions redis_options(const config::GatewayConfig& config, Worker& h
                                                                master, std::move(login), options.tls);
         options.sentinels->start();
     }
+    options.leases = config.store.leases;
     return options;
 }
 
@@ -88,7 +89,8 @@ std::shared_ptr<RunTimeBook> make_shared_book(const config::GatewayConfig& confi
 bool store_changed(const config::StoreConfig& was, const config::StoreConfig& now) {
     return now.backend != was.backend || now.redis.url != was.redis.url || now.redis.pool != was.redis.pool ||
            now.redis.tls != was.redis.tls || now.redis.mode != was.redis.mode || now.redis.nodes != was.redis.nodes ||
-           now.redis.master != was.redis.master || now.state_file.path != was.state_file.path ||
+           now.redis.master != was.redis.master || now.redis.flush_interval != was.redis.flush_interval ||
+           now.leases != was.leases || now.state_file.path != was.state_file.path ||
            now.snapshot_interval != was.snapshot_interval;
 }
 

@@ -290,9 +290,17 @@ struct RedisConfig {
     core::Nanos flush_interval = 5'000'000;
 };
 
+/// store.leases (SPEC §18): route, IP and global rate limits leased per replica from Redis.
+struct LeaseConfig {
+    double fraction = 0.05;                // of the capacity, taken at once (at least one request's worth)
+    core::Nanos min_period = 200'000'000;  // a lease unused this long goes back
+    bool operator==(const LeaseConfig&) const = default;
+};
+
 struct StoreConfig {
     StoreBackend backend = StoreBackend::memory;
     RedisConfig redis;
+    std::optional<LeaseConfig> leases;  // none: every limit decided in Redis per request
     /// The memory store's bucket levels, kept across restarts (SPEC §14); empty: not kept.
     ConfigFile state_file;
     core::Nanos snapshot_interval = 10 * core::k_nanos_per_second;

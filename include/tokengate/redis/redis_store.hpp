@@ -16,6 +16,7 @@
 #include "tokengate/limiter/decision.hpp"
 #include "tokengate/redis/breaker.hpp"
 #include "tokengate/redis/connection.hpp"
+#include "tokengate/redis/lease_book.hpp"
 #include "tokengate/redis/sentinel.hpp"
 #include "tokengate/store/local_store.hpp"
 
@@ -30,6 +31,8 @@ struct StoreOptions {
     /// mode sentinel: where the master is (started by the caller, stopped with the store).
     /// Settlements then count as written once a replica has them too (WAIT).
     std::shared_ptr<Sentinels> sentinels;
+    /// store.leases: route, IP and global rate limits decided here against leases (SPEC §18).
+    std::optional<config::LeaseConfig> leases;
     /// Tests only: send this clock's time to the script instead of using Redis TIME.
     const core::Clock* script_clock = nullptr;
     /// A concurrency slot whose holder vanished (a crashed replica) frees itself after this.
@@ -76,8 +79,13 @@ public:
     void start_heartbeat(boost::asio::any_io_executor ex);
     /// Closes every connection; call once the event loops have stopped, before they are destroyed.
     void stop() override;
-    /// Settlements sent and not yet answered, or waiting to be retried (drain waits for 0).
+    /// Settlements sent and not yet answered, or waiting to be retried, and lease renewals on
+    /// their way (drain waits for 0).
     std::size_t settlements_outstanding() const override;
+    /// Shutdown: every lease's unused part back to Redis (and any granted after this, too).
+    void release_leases() override;
+    /// Units this replica holds in leases.
+    double leased_units() const { return leases_ ? leases_->held() : 0; }
 
     /// Decides every limit at once; on a Redis failure, what on_error says. Never waits on
     /// Redis longer than store.redis.timeout.
@@ -138,6 +146,28 @@ private:
     std::string next_lease();
     boost::asio::awaitable<Result> call(Client& client, std::vector<std::string> args);
     boost::asio::awaitable<limiter::Decision> run_decision(std::span<const limiter::Charge> charges, bool commit);
+    /// The decision of `charges` in Redis; nothing if Redis did not answer (failure noted).
+    boost::asio::awaitable<std::optional<limiter::Decision>> ask_redis(Client& client,
+                                                                       std::span<const limiter::Charge> charges,
+                                                                       bool commit);
+    struct LeasedSplit {
+        boost::container::small_vector<const limiter::Charge*, 6> leased;
+        boost::container::small_vector<std::size_t, 6> leased_at;
+        config::Charges shared;
+        boost::container::small_vector<std::size_t, 6> shared_at;
+    };
+    /// Takes each leased charge from its lease, renewing a short one first: -1 taken, else the
+    /// index of the one Redis could not cover; nothing if Redis did not answer.
+    boost::asio::awaitable<std::optional<std::ptrdiff_t>> take_leases(Client& client,
+                                                                      std::span<const limiter::Charge* const> leased);
+    boost::asio::awaitable<void> renew(Client& client, limiter::Charge want);
+    /// Up to want.amount from the shared bucket into the lease, none unless `least` is there:
+    /// what was granted, or -1 if Redis did not answer.
+    boost::asio::awaitable<double> lease_from_redis(Client& client, const limiter::Charge& want, double least);
+    /// Idle leases' unused parts (all of them: `everything`) back to Redis, as settlements.
+    void return_leases(bool everything);
+    /// A settlement (or a lease's return) into the calling thread's batch, or another's.
+    void submit(std::vector<std::string> args);
     limiter::Decision fallback(std::span<const limiter::Charge> charges, bool commit);
     /// Into this thread's next batch: sent every store.redis.flush_interval, or at once when
     /// k_batch_max wait. In mode sentinel the batch goes on the client's own connection, then
@@ -173,6 +203,9 @@ private:
     std::atomic<unsigned> live_replicas_{1};
     std::atomic<bool> stopping_{false};
     std::uint64_t id_;  // tells this store's per-thread clients from another's
+    std::optional<LeaseBook> leases_;
+    std::atomic<std::size_t> renewals_in_flight_{0};
+    std::atomic<bool> draining_{false};
     std::atomic<std::size_t> settlements_in_flight_{0};
     std::atomic<unsigned> ready_connections_{0};
     std::atomic<std::size_t> settlements_waiting_{0};

@@ -40,6 +40,16 @@ ScriptCall settle_call(std::string_view sha, std::string_view prefix, std::span<
 /// One EVALSHA applying `settlements` (each a settle_call's arguments) in order: what a
 /// replica sends every store.redis.flush_interval instead of a call each.
 ScriptCall settle_batch_call(std::string_view sha, std::span<const std::vector<std::string>> settlements);
+/// EVALSHA taking a lease of `charge`'s shared rate bucket (SPEC §18): up to charge.amount,
+/// nothing unless `least` is there. Its reply: parse_lease.
+ScriptCall lease_call(std::string_view sha, std::string_view prefix, const limiter::Charge& charge, double least,
+                      double now_us);
+/// {granted, the shared bucket's level after}, or nothing if malformed.
+std::optional<std::pair<double, double>> parse_lease(const Reply& reply);
+/// A settlement giving `unused.amount` back to the shared bucket (a debt when below zero),
+/// applied once under `marker`.
+ScriptCall lease_return_call(std::string_view sha, std::string_view prefix, const limiter::Charge& unused,
+                             std::string_view marker, double now_us);
 /// EVALSHA for the admin API: a quota's top-up (`add`), `reset`, and its state after them.
 ScriptCall quota_call(std::string_view sha, std::string_view prefix, const limiter::Charge& charge,
                       const core::CalendarWindow& window, core::Nanos unix_now, double add, bool reset);

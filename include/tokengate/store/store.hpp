@@ -55,6 +55,9 @@ public:
     virtual std::size_t restore(const Snapshot& saved, core::Nanos downtime) = 0;
     /// Settlements not yet acknowledged by the store (a drain waits for them).
     virtual std::size_t settlements_outstanding() const { return 0; }
+    /// Shutdown, no request left: gives back what this replica holds of shared limits (a shared
+    /// store's leases, SPEC §18), through the settlements a drain waits for.
+    virtual void release_leases() {}
     /// Closes the store's connections; the event loops have stopped.
     virtual void stop() {}
 
