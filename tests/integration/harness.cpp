@@ -546,14 +546,23 @@ std::string RedisServer::commands(const std::vector<std::vector<std::string>>& l
     return resp_commands(port_, list);
 }
 
-RedisSentinel::RedisSentinel(const std::string& name, unsigned short master_port) : port_(free_port()) {
+RedisSentinel::RedisSentinel(const std::string& name, unsigned short master_port, std::optional<RedisServer::Tls> tls)
+    : port_(free_port()) {
     // Sentinel rewrites its file as it learns (replicas, the other sentinels, a failover).
     auto conf = dir_.path() + "/sentinel.conf";
-    std::ofstream(conf) << "port " << port_ << "\nbind 127.0.0.1\ndir " << dir_.path() << "\nsentinel monitor " << name
-                        << " 127.0.0.1 " << master_port << " 2\nsentinel down-after-milliseconds " << name
-                        << " 1000\nsentinel failover-timeout " << name << " 5000\n";
+    std::ofstream out(conf);
+    out << "port " << port_ << "\nbind 127.0.0.1\ndir " << dir_.path() << "\nsentinel monitor " << name << " 127.0.0.1 "
+        << master_port << " 2\nsentinel down-after-milliseconds " << name << " 1000\nsentinel failover-timeout " << name
+        << " 5000\n";
+    if (tls) {
+        // The plain port stays, for the test's own questions.
+        tls_port_ = free_port();
+        out << "tls-port " << tls_port_ << "\ntls-cert-file " << tls->cert << "\ntls-key-file " << tls->key
+            << "\ntls-ca-cert-file " << tls->ca << "\ntls-auth-clients no\ntls-replication yes\n";
+    }
+    out.close();
     process_.emplace(std::vector<std::string>{k_redis_server, conf, "--sentinel"}, dir_.path() + "/sentinel.log");
-    if (!wait_for_port(port_))
+    if (!wait_for_port(port_) || (tls && !wait_for_port(tls_port_)))
         throw std::runtime_error("redis sentinel did not start: " + read_file(dir_.path() + "/sentinel.log"));
 }
 

@@ -162,8 +162,10 @@ private:
 /// quick to decide (down after 1 s) so a failover takes a few seconds.
 class RedisSentinel {
 public:
-    RedisSentinel(const std::string& name, unsigned short master_port);
+    /// With `tls`, it also listens for TLS on tls_port() and speaks TLS to the servers it watches.
+    RedisSentinel(const std::string& name, unsigned short master_port, std::optional<RedisServer::Tls> tls = {});
     unsigned short port() const { return port_; }
+    unsigned short tls_port() const { return tls_port_; }
     /// Raw RESP replies, as RedisServer::commands.
     std::string command(const std::vector<std::string>& args) const;
     /// The port of the server it names master of `name` now (0: none, or no answer).
@@ -172,6 +174,7 @@ public:
 private:
     TempDir dir_;
     unsigned short port_;
+    unsigned short tls_port_ = 0;
     std::optional<Process> process_;
 };
 

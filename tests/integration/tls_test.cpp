@@ -504,6 +504,43 @@ TEST(Tls, TwoGatewaysShareAQuotaOverRediss) {
     EXPECT_TRUE(untrusting.log_contains("TLS handshake: certificate verification failed")) << untrusting.log();
 }
 
+TEST(Tls, SentinelModeSpeaksTlsToTheSentinelsAndTheMasterTheyName) {
+    REQUIRE_REDIS();
+    Certificates certs;
+    RedisServer::Tls tls{certs.path("first.pem"), certs.path("first.key"), certs.path("ca.pem")};
+    RedisServer master({}, tls);
+    RedisServer replica({"--tls-replication", "yes", "--replicaof", "127.0.0.1", std::to_string(master.port())}, tls);
+    std::vector<std::unique_ptr<RedisSentinel>> sentinels;
+    std::string nodes;
+    for (int i = 0; i < 3; ++i) {
+        sentinels.push_back(std::make_unique<RedisSentinel>("tlsmaster", master.port(), tls));
+        nodes += (nodes.empty() ? "" : ", ") + std::string("\"127.0.0.1:") +
+                 std::to_string(sentinels.back()->tls_port()) + "\"";
+    }
+    auto named = [&] { return sentinels[0]->master_port("tlsmaster") == master.port(); };
+    for (auto deadline = steady::now() + 10s; !named() && steady::now() < deadline;) std::this_thread::sleep_for(50ms);
+    ASSERT_TRUE(named());
+    GatewayUnderTest gw(
+        "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
+        "tenants:\n  - id: acme\n    keys: [\"k1\"]\n    limits:\n"
+        "      - { name: requests, algorithm: token_bucket, capacity: 3, rate: 3/h }\n"
+        "store:\n  backend: redis\n  redis:\n    mode: sentinel\n    master: tlsmaster\n    nodes: [" +
+        nodes + "]\n    url: \"rediss:///0\"\n    tls: { ca_file: " + certs.path("ca.pem") +
+        " }\n    on_error: fail_closed\n");
+    std::vector<int> statuses;
+    for (auto deadline = steady::now() + 10s; steady::now() < deadline; std::this_thread::sleep_for(50ms)) {
+        auto r = gw.request(
+            Request{"POST", "/v1/chat/completions", {{"Authorization", "Bearer k1"}}, chat_body("m", "hi", 1, false)});
+        if (r.status != 503) {  // until the sentinels have named the master
+            statuses.push_back(r.status);
+            if (statuses.size() == 5) break;
+        }
+    }
+    EXPECT_EQ(statuses, (std::vector<int>{200, 200, 200, 429, 429})) << gw.log();
+    EXPECT_TRUE(gw.log_contains("redis 127.0.0.1:" + std::to_string(master.port()) + " connected (TLS)")) << gw.log();
+    EXPECT_TRUE(gw.log_contains("redis 127.0.0.1:" + std::to_string(sentinels[0]->tls_port()) + " connected (TLS)"));
+}
+
 TEST(Tls, CheckNamesTheFileOfAnExpiredMismatchedOrMissingCertificate) {
     Certificates certs;
     auto check = [&](const std::string& tls) {
