@@ -100,12 +100,6 @@ bool LeaseBook::waiting_for_refill(const Charge& charge) const {
     return it != leases_.end() && clock_.now() < it->second.empty_until;
 }
 
-bool LeaseBook::covers(const Charge& charge) const {
-    std::lock_guard lock(mutex_);
-    auto it = leases_.find(std::string(charge.key.view()));
-    return it != leases_.end() && it->second.left + it->second.shared_level + 1e-9 >= charge.amount;
-}
-
 limiter::Verdict LeaseBook::verdict(const Charge& charge, bool admitted) const {
     limiter::Verdict v;
     v.admitted = admitted;

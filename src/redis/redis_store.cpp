@@ -73,6 +73,20 @@ Endpoint parse_url(const std::string& url) {
     }
 }
 
+/// A decision that took nothing: each charge's status says `admitted`, at full capacity.
+Decision nothing_taken(std::span<const Charge> charges, bool admitted) {
+    Decision d;
+    d.statuses.resize(charges.size());
+    for (std::size_t i = 0; i < charges.size(); ++i) {
+        auto& s = d.statuses[i];
+        s.spec = charges[i].spec;
+        s.level = charges[i].level;
+        s.verdict.admitted = admitted;
+        s.verdict.remaining = charges[i].spec->capacity;
+    }
+    return d;
+}
+
 }  // namespace
 
 StoreOptions options_from_env(const config::RedisConfig& config) {
@@ -315,7 +329,8 @@ net::awaitable<Decision> RedisStore::run_decision(std::span<const Charge> charge
         count_call("skipped");
         co_return fallback(charges, commit);
     }
-    if (!leases_ || std::none_of(charges.begin(), charges.end(), LeaseBook::leased)) {
+    // A peek (the admin's views) reads the shared buckets themselves, leased or not.
+    if (!leases_ || !commit || std::none_of(charges.begin(), charges.end(), LeaseBook::leased)) {
         if (auto d = co_await ask_redis(*client, charges, commit)) co_return std::move(*d);
         co_return fallback(charges, commit);
     }
@@ -330,19 +345,11 @@ net::awaitable<Decision> RedisStore::run_decision(std::span<const Charge> charge
             split.shared_at.push_back(i);
         }
     }
-    if (commit) {
+    {
         auto short_of = co_await take_leases(*client, split.leased);
         if (!short_of) co_return fallback(charges, commit);  // Redis did not answer a renewal
         if (*short_of >= 0) {
-            Decision refused;
-            refused.statuses.resize(charges.size());
-            for (std::size_t i = 0; i < charges.size(); ++i) {
-                auto& st = refused.statuses[i];
-                st.spec = charges[i].spec;
-                st.level = charges[i].level;
-                st.verdict.admitted = true;  // not asked: nothing of it was taken
-                st.verdict.remaining = charges[i].spec->capacity;
-            }
+            auto refused = nothing_taken(charges, true);  // the others were not asked
             auto at = split.leased_at[static_cast<std::size_t>(*short_of)];
             refused.statuses[at].verdict = leases_->verdict(charges[at], false);
             limiter::resolve(refused);
@@ -353,27 +360,26 @@ net::awaitable<Decision> RedisStore::run_decision(std::span<const Charge> charge
     if (!split.shared.empty()) {
         auto asked = co_await ask_redis(*client, split.shared, commit);
         if (!asked) {
-            if (commit) leases_->give_back(split.leased);
+            leases_->give_back(split.leased);
             co_return fallback(charges, commit);
         }
-        if (commit && !asked->allowed) leases_->give_back(split.leased);
+        if (!asked->allowed) leases_->give_back(split.leased);
         d.keeper = asked->keeper;
         d.lease = std::move(asked->lease);
         d.statuses.resize(charges.size());
         for (std::size_t k = 0; k < split.shared_at.size(); ++k) d.statuses[split.shared_at[k]] = asked->statuses[k];
     } else {
         d.statuses.resize(charges.size());
-        if (commit) d.keeper = limiter::Keeper::shared;
+        d.keeper = limiter::Keeper::shared;
     }
-    bool taken = commit && (split.shared.empty() || d.keeper == limiter::Keeper::shared);
+    bool taken = d.keeper == limiter::Keeper::shared;
     for (std::size_t k = 0; k < split.leased.size(); ++k) {
         const auto& c = *split.leased[k];
         auto& st = d.statuses[split.leased_at[k]];
         st.spec = c.spec;
         st.level = c.level;
-        bool admits = commit || leases_->covers(c);
-        st.verdict = leases_->verdict(c, admits);
-        st.charged = taken && admits;
+        st.verdict = leases_->verdict(c, true);
+        st.charged = taken;
     }
     limiter::resolve(d);
     if (taken)
@@ -522,15 +528,7 @@ Decision RedisStore::fallback(std::span<const Charge> charges, bool commit) {
     auto policy = options_.config.on_error;
     if (commit && events_.fallback) events_.fallback(policy_name(policy));
     if (policy == config::OnStoreError::local) return commit ? local_.decide(charges) : local_.peek(charges);
-    Decision d;
-    d.statuses.resize(charges.size());
-    for (std::size_t i = 0; i < charges.size(); ++i) {
-        auto& s = d.statuses[i];
-        s.spec = charges[i].spec;
-        s.level = charges[i].level;
-        s.verdict.admitted = policy == config::OnStoreError::fail_open;
-        s.verdict.remaining = charges[i].spec->capacity;
-    }
+    auto d = nothing_taken(charges, policy == config::OnStoreError::fail_open);
     d.allowed = policy == config::OnStoreError::fail_open;
     d.unavailable = policy == config::OnStoreError::fail_closed;
     return d;  // nothing charged anywhere: nothing to settle

@@ -49,17 +49,20 @@ std::string store(const RedisServer& redis, const std::string& fraction) {
            ", min_period: 200ms }\n";
 }
 
+/// A global limit `gpu` (leased) and a tenant limit `requests` of acme's (decided in Redis).
+std::string config_with(const RedisServer& redis, const std::string& gpu, const std::string& requests,
+                        const std::string& fraction) {
+    return "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
+           "global_limits: [ { name: gpu, algorithm: token_bucket, " +
+           gpu + " } ]\ntiers:\n  t:\n    limits:\n      - { name: requests, algorithm: token_bucket, " + requests +
+           " }\ntenants:\n  - { id: acme, tier: t, keys: [\"k1\"] }\n" + store(redis, fraction);
+}
+
 TEST(RedisLeases, ATenantRefusalTakesNothingFromTheLeaseAndTheLeaseGoesBackOnSigterm) {
     REQUIRE_REDIS();
     RedisServer redis;
     // 1000 an hour for everyone, leased 100 at a time; acme may make 3 requests an hour.
-    GatewayUnderTest gw(
-        "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
-        "global_limits: [ { name: gpu, algorithm: token_bucket, capacity: 1000, rate: 1000/h } ]\n"
-        "tiers:\n  t:\n    limits:\n"
-        "      - { name: requests, algorithm: token_bucket, capacity: 3, rate: 3/h }\n"
-        "tenants:\n  - { id: acme, tier: t, keys: [\"k1\"] }\n" +
-        store(redis, "0.1"));
+    GatewayUnderTest gw(config_with(redis, "capacity: 1000, rate: 1000/h", "capacity: 3, rate: 3/h", "0.1"));
     int passed = 0, refused = 0;
     for (int i = 0; i < 5; ++i) {
         auto r = chat(gw, "k1");
@@ -86,13 +89,7 @@ TEST(RedisLeases, ATenantRefusalTakesNothingFromTheLeaseAndTheLeaseGoesBackOnSig
 TEST(RedisLeases, ALeasedLimitsRefusalChargesNothingInRedis) {
     REQUIRE_REDIS();
     RedisServer redis;
-    GatewayUnderTest gw(
-        "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
-        "global_limits: [ { name: gpu, algorithm: token_bucket, capacity: 2, rate: 2/h } ]\n"
-        "tiers:\n  t:\n    limits:\n"
-        "      - { name: requests, algorithm: token_bucket, capacity: 100, rate: 100/h }\n"
-        "tenants:\n  - { id: acme, tier: t, keys: [\"k1\"] }\n" +
-        store(redis, "0.05"));
+    GatewayUnderTest gw(config_with(redis, "capacity: 2, rate: 2/h", "capacity: 100, rate: 100/h", "0.05"));
     std::vector<int> statuses;
     for (int i = 0; i < 4; ++i) statuses.push_back(chat(gw, "k1").status);
     EXPECT_EQ(statuses, (std::vector<int>{200, 200, 429, 429}));

@@ -52,8 +52,6 @@ public:
     /// Whether the shared bucket was found empty lately: a short lease refuses without asking.
     bool waiting_for_refill(const limiter::Charge& charge) const;
 
-    /// Whether the lease and the shared bucket, as last seen, hold `charge`'s amount (a peek).
-    bool covers(const limiter::Charge& charge) const;
     /// What the status of a leased charge says: admitted or not, the units left here and in
     /// the shared bucket as last seen, and when it could pass.
     limiter::Verdict verdict(const limiter::Charge& charge, bool admitted) const;

@@ -125,7 +125,6 @@ TEST(LeaseBook, AVerdictShowsTheLeaseAndTheSharedBucketAsLastSeen) {
     auto s = spec(Algorithm::token_bucket, 100);
     auto c = charge(s, Level::global, "global:l:*", 30);
     book.granted(c, 10, 5);
-    EXPECT_FALSE(book.covers(c));
     auto refused = book.verdict(c, false);
     EXPECT_FALSE(refused.admitted);
     EXPECT_NEAR(refused.remaining, 15, 1e-9);
