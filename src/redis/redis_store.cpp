@@ -209,6 +209,10 @@ void RedisStore::stop() {
         for (auto& conn : c->connections) conn->stop();
         c->connections.clear();
         if (c->settler) c->settler->stop();
+        // Asio objects must go before their event loop does, and the loops are destroyed
+        // before the store (nothing sends after stopping_: settlements wait in the retry queue).
+        c->settler.reset();
+        c->flush_timer.reset();
     }
 }
 

@@ -16,10 +16,11 @@ namespace net = boost::asio;
 Sentinels::Sentinels(net::any_io_executor ex, std::vector<Endpoint> sentinels, std::string master_name,
                      Endpoint master_template, std::vector<std::vector<std::string>> handshake,
                      std::shared_ptr<tls::ClientContext> tls)
-    : ex_(ex), master_name_(std::move(master_name)), master_template_(std::move(master_template)), wake_(ex) {
+    : ex_(ex), master_name_(std::move(master_name)), master_template_(std::move(master_template)) {
+    wake_.emplace(ex);
     // Asks as soon as a sentinel can answer while the master is still unknown (at start).
     auto on_state = [this](bool ready, const std::vector<Reply>&) {
-        if (ready && !master()) wake_.cancel();
+        if (ready && !master() && wake_) wake_->cancel();
     };
     for (auto& endpoint : sentinels)
         sentinels_.push_back(std::make_shared<Connection>(ex, std::move(endpoint), handshake, on_state, tls));
@@ -32,10 +33,12 @@ void Sentinels::start() {
 }
 
 void Sentinels::stop() {
-    // As RedisStore::stop: the event loops have stopped, so nothing runs beside this.
+    // As RedisStore::stop: the event loops have stopped, so nothing runs beside this, and the
+    // Asio objects go now, before their loop is destroyed (this outlives it, in the store).
     stopped_ = true;
-    wake_.cancel();
+    wake_.reset();
     for (auto& s : sentinels_) s->stop();
+    sentinels_.clear();
 }
 
 void Sentinels::follow(const std::shared_ptr<Connection>& connection) {
@@ -45,7 +48,9 @@ void Sentinels::follow(const std::shared_ptr<Connection>& connection) {
 }
 
 void Sentinels::ask_again() {
-    net::post(ex_, [self = shared_from_this()] { self->wake_.cancel(); });
+    net::post(ex_, [self = shared_from_this()] {
+        if (self->wake_) self->wake_->cancel();
+    });
 }
 
 std::optional<Endpoint> Sentinels::master() const {
@@ -59,8 +64,8 @@ net::awaitable<void> Sentinels::poll_loop() {
             if (auto known = master(); !known || !known->same_server(*found)) moved(*found);
         }
         if (stopped_) break;
-        wake_.expires_after(k_poll);
-        co_await wake_.async_wait(net::as_tuple(net::use_awaitable));
+        wake_->expires_after(k_poll);
+        co_await wake_->async_wait(net::as_tuple(net::use_awaitable));
     }
 }
 

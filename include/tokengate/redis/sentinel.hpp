@@ -49,7 +49,7 @@ private:
     std::string master_name_;
     Endpoint master_template_;
     std::vector<std::shared_ptr<Connection>> sentinels_;
-    boost::asio::steady_timer wake_;
+    std::optional<boost::asio::steady_timer> wake_;  // reset by stop()
     bool stopped_ = false;
 
     mutable std::mutex mutex_;
