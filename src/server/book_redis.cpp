@@ -108,6 +108,9 @@ void RedisKeeper::stop() {
     if (stopped_) return;
     stopped_ = true;
     connection_->stop();
+    // The event loops have stopped and are destroyed before this keeper: the connection's
+    // Asio objects must go now (nothing runs that could use it).
+    connection_.reset();
     if (sentinels_) sentinels_->stop();
 }
 
