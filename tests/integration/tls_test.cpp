@@ -539,6 +539,8 @@ TEST(Tls, SentinelModeSpeaksTlsToTheSentinelsAndTheMasterTheyName) {
     EXPECT_EQ(statuses, (std::vector<int>{200, 200, 200, 429, 429})) << gw.log();
     EXPECT_TRUE(gw.log_contains("redis 127.0.0.1:" + std::to_string(master.port()) + " connected (TLS)")) << gw.log();
     EXPECT_TRUE(gw.log_contains("redis 127.0.0.1:" + std::to_string(sentinels[0]->tls_port()) + " connected (TLS)"));
+    // A clean exit: every connection and timer of sentinel mode closed before its event loop.
+    EXPECT_EQ(gw.gateway().stop(SIGTERM), 0) << gw.log();
 }
 
 TEST(Tls, CheckNamesTheFileOfAnExpiredMismatchedOrMissingCertificate) {
