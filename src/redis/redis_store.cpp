@@ -265,14 +265,9 @@ std::string RedisStore::next_lease() {
     return replica_id_ + buf;
 }
 
-void RedisStore::prepare_script_call(const Client& c, std::vector<std::string>& args) const {
-    if (args[0] != "EVALSHA") return;
+net::awaitable<Result> RedisStore::call(Client& c, std::vector<std::string> args) {
     if (c.sha.empty()) as_eval(args);
     else args[1] = c.sha;
-}
-
-net::awaitable<Result> RedisStore::call(Client& c, std::vector<std::string> args) {
-    prepare_script_call(c, args);
     for (int attempt = 0; attempt < 2; ++attempt) {
         auto* conn = pick(c);
         if (!conn) co_return Result{CallError::unavailable, {}};

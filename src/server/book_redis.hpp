@@ -42,7 +42,7 @@ private:
 
     std::string prefix_;
     std::shared_ptr<redis::Connection> connection_;
-    std::shared_ptr<redis::Sentinels> sentinels_;  // mode sentinel: where the master is
+    std::shared_ptr<redis::Sentinels> sentinels_;  // mode sentinel: the store's (stopping twice is harmless)
     long long version_seen_ = -1;
     long long version_written_ = 0;  // the counter after this replica's last change
     bool stopped_ = false;

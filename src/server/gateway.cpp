@@ -71,7 +71,7 @@ public:
         note_certificate(*services_.runtime.get());
         // Last: nothing that can still fail may follow connections bound to the loops.
         services_.store = make_store(*config, clock, services_.registry, workers_);
-        if (auto book = make_shared_book(*config, *workers_.front()))
+        if (auto book = make_shared_book(*services_.store, *workers_.front()))
             services_.runtime.set(std::make_shared<const Runtime>(config, services_.runtime.get().get(), book));
         if (config->store.backend == config::StoreBackend::memory && !config->store.state_file.path.empty())
             state_.emplace(config->store.state_file.path, config->store.snapshot_interval, *services_.store, clock,

@@ -142,9 +142,9 @@ std::unique_ptr<store::Store> make_store(const config::GatewayConfig& config, co
                                          metrics::Registry& registry, std::span<const std::unique_ptr<Worker>> workers);
 
 /// With the Redis store, the book of keys and tenants made at run time, kept in Redis and read
-/// again whenever another replica changes it (SPEC §21); null with the memory store, whose
-/// book is auth.keys_file's (the Runtime's).
-std::shared_ptr<RunTimeBook> make_shared_book(const config::GatewayConfig& config, Worker& first);
+/// again whenever another replica changes it (SPEC §21), reached as `store` reaches Redis; null
+/// with the memory store, whose book is auth.keys_file's (the Runtime's).
+std::shared_ptr<RunTimeBook> make_shared_book(const store::Store& store, Worker& first);
 
 /// Whether a reload changes the store in a way only a restart applies.
 bool store_changed(const config::StoreConfig& was, const config::StoreConfig& now);

@@ -75,9 +75,10 @@ std::unique_ptr<store::Store> make_store(const config::GatewayConfig& config, co
     return redis;
 }
 
-std::shared_ptr<RunTimeBook> make_shared_book(const config::GatewayConfig& config, Worker& first) {
-    if (config.store.backend != config::StoreBackend::redis) return nullptr;
-    auto keeper = std::make_unique<RedisKeeper>(first.ioc.get_executor(), redis_options(config, first));
+std::shared_ptr<RunTimeBook> make_shared_book(const store::Store& store, Worker& first) {
+    const auto* redis = dynamic_cast<const redis::RedisStore*>(&store);
+    if (!redis) return nullptr;
+    auto keeper = std::make_unique<RedisKeeper>(first.ioc.get_executor(), redis->options());
     auto& watcher = *keeper;
     auto book = std::make_shared<RunTimeBook>(std::move(keeper), "Redis");
     // Every replica sees another's change within a poll (SPEC §21: within 1 s).

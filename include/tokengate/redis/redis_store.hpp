@@ -84,6 +84,9 @@ public:
     std::size_t settlements_outstanding() const override;
     /// Shutdown: every lease's unused part back to Redis (and any granted after this, too).
     void release_leases() override;
+    /// What it was built with (the run-time book's keeper connects with the same: one TLS
+    /// context, one set of sentinel connections).
+    const StoreOptions& options() const { return options_; }
     /// Units this replica holds in leases.
     double leased_units() const { return leases_ ? leases_->held() : 0; }
 
@@ -181,7 +184,6 @@ private:
     void note_replicas(const Reply& role);
     std::shared_ptr<Connection> open_connection(Client& client, const std::vector<std::vector<std::string>>& handshake,
                                                 bool counts_as_ready);
-    void prepare_script_call(const Client& client, std::vector<std::string>& args) const;
     void keep_for_retry(Client& client, std::vector<std::string> args);
     void flush_retries(Client& client);
     void note_failure(CallError error);
