@@ -193,6 +193,7 @@ struct Loader {
         };
         if (root["ip_limits"]) not_per_subject(root["ip_limits"], config.ip_limits);
         if (root["global_limits"]) not_per_subject(root["global_limits"], config.global_limits);
+        cluster_shared_limits(root);
         if (root["overload"]) overload(root["overload"]);
         if (root["auth"]) auth(root["auth"]);
         // SPEC §21: with the Redis store, what the admin API makes is kept in Redis, for every replica.
@@ -431,11 +432,8 @@ struct Loader {
             auto m = r.string_of(rd["mode"], "store.redis.mode");
             if (m == "standalone") c.mode = RedisMode::standalone;
             else if (m == "sentinel") c.mode = RedisMode::sentinel;
-            else if (m == "cluster")
-                r.fail(rd["mode"],
-                       "store.redis.mode cluster is not supported by this version; use standalone or "
-                       "sentinel");
-            else r.fail(rd["mode"], "store.redis.mode must be standalone or sentinel, got '" + m + "'");
+            else if (m == "cluster") c.mode = RedisMode::cluster;
+            else r.fail(rd["mode"], "store.redis.mode must be standalone, cluster or sentinel, got '" + m + "'");
         }
         if (rd["nodes"]) {
             r.expect_sequence(rd["nodes"], "store.redis.nodes");
@@ -457,10 +455,47 @@ struct Loader {
             if (c.nodes.empty()) r.fail(rd, "store.redis.mode sentinel needs store.redis.nodes: the sentinels");
             if (c.master.empty())
                 r.fail(rd, "store.redis.mode sentinel needs store.redis.master: the name they monitor");
+        } else if (c.mode == RedisMode::cluster) {
+            if (rd["master"]) r.fail(rd["master"], "store.redis.master is for mode sentinel");
+            // A cluster has db 0 only; a brace in the prefix would move every key's hash tag.
+            auto path = c.url.find('/', c.url.find("://") + 3);
+            auto db = path == std::string::npos ? std::string() : c.url.substr(path + 1);
+            if (!db.empty() && db != "0") r.fail(rd["url"], "store.redis.mode cluster has db 0 only");
+            if (c.prefix.find_first_of("{}") != std::string::npos)
+                r.fail(rd["prefix"], "store.redis.prefix must not hold '{' or '}' in mode cluster (hash tags)");
         } else {
-            if (rd["nodes"]) r.fail(rd["nodes"], "store.redis.nodes is for mode sentinel; standalone uses the url");
+            if (rd["nodes"]) r.fail(rd["nodes"], "store.redis.nodes is for modes cluster and sentinel");
             if (rd["master"]) r.fail(rd["master"], "store.redis.master is for mode sentinel");
         }
+    }
+
+    /// SPEC §18: in mode cluster a tenant's decision is one script call on its own shard, so a
+    /// limit shared by many tenants cannot be in it: route, IP and global rate limits are
+    /// leased; any other kind has no shard to be decided on.
+    void cluster_shared_limits(const YAML::Node& root) {
+        if (config.store.backend != StoreBackend::redis || config.store.redis.mode != RedisMode::cluster) return;
+        auto check = [&](const YAML::Node& list, const std::vector<LimitSpec>& specs, std::string_view where) {
+            for (std::size_t i = 0; i < specs.size(); ++i) {
+                const auto& l = specs[i];
+                bool rate = l.algorithm == Algorithm::token_bucket ||
+                            (l.algorithm == Algorithm::leaky_bucket && l.mode == LeakyMode::police);
+                auto what = std::string(where) + " limit '" + l.name + "'";
+                if (!rate)
+                    r.fail(list[i], what +
+                                        ": store.redis.mode cluster decides route, IP and global limits by "
+                                        "leases, which take token_bucket and leaky_bucket police limits only");
+                if (!config.store.leases)
+                    r.fail(list[i], what +
+                                        ": store.redis.mode cluster needs store.leases for route, IP and "
+                                        "global limits (a tenant's decision is one call on its own shard)");
+            }
+        };
+        if (root["routes"])
+            for (std::size_t i = 0; i < config.routes.size(); ++i)
+                if (!config.routes[i].limits.empty())
+                    check(root["routes"][i]["limits"], config.routes[i].limits, "route");
+        if (root["ip_limits"]) check(root["ip_limits"], config.ip_limits, "ip_limits");
+        if (root["global_limits"]) check(root["global_limits"], config.global_limits, "global_limits");
     }
 
     void upstreams(const YAML::Node& n) {

@@ -57,13 +57,16 @@ const char* error_name(CallError e) {
         case CallError::timeout: return "timeout";
         case CallError::disconnected: return "disconnected";
         case CallError::unavailable: return "unavailable";
+        case CallError::skipped: return "skipped";
     }
     return "error";
 }
 
-bool is_noscript(const Result& r) {
-    return r.error == CallError::none && r.reply.is_error() && r.reply.str.rfind("NOSCRIPT", 0) == 0;
+bool answered_error(const Result& r, std::string_view code) {
+    return r.error == CallError::none && r.reply.is_error() && r.reply.str.starts_with(code);
 }
+
+bool is_noscript(const Result& r) { return answered_error(r, "NOSCRIPT"); }
 
 Endpoint parse_url(const std::string& url) {
     try {
@@ -97,11 +100,21 @@ StoreOptions options_from_env(const config::RedisConfig& config) {
     return o;
 }
 
-struct RedisStore::Client {
-    net::any_io_executor ex;
+/// One Redis master, as every worker sees it: the one there is, or one of a cluster's.
+struct RedisStore::Node {
+    Node(Endpoint where, const core::Clock& clock, unsigned failures_to_open, core::Nanos cooldown,
+         std::function<void(bool)> on_change)
+        : endpoint(std::move(where)), breaker(clock, failures_to_open, cooldown, std::move(on_change)) {}
+    Endpoint endpoint;
+    CircuitBreaker breaker;
+    std::atomic<bool> healthy{true};
+};
+
+/// One worker's connections to one master, and the settlements on their way to it.
+struct RedisStore::Shard {
+    Node* node = nullptr;
     std::vector<std::shared_ptr<Connection>> connections;
-    std::string sha;  // of the script, as this thread's connections loaded it
-    std::deque<std::vector<std::string>> retry;
+    std::string sha;  // of the script, as these connections loaded it
     // Settlements waiting for the next batch (SPEC §18: one call every flush_interval).
     std::vector<std::vector<std::string>> unsent;
     std::optional<net::steady_timer> flush_timer;
@@ -111,25 +124,42 @@ struct RedisStore::Client {
     std::shared_ptr<Connection> settler;
 };
 
+struct RedisStore::Client {
+    net::any_io_executor ex;
+    unsigned connections_per_shard = 1;
+    std::vector<std::unique_ptr<Shard>> shards;  // by the master's lasting index
+    std::deque<std::vector<std::string>> retry;
+};
+
 RedisStore::RedisStore(StoreOptions options, const core::Clock& clock, StoreEvents events)
     : options_(std::move(options)),
       clock_(clock),
       endpoint_(parse_url(options_.config.url)),
+      keys_{options_.config.prefix, options_.cluster != nullptr},
       replica_id_(random_replica_id()),
       local_(clock),
-      breaker_(clock, options_.failures_to_open, options_.breaker_cooldown,
-               [this](bool open) {
-                   if (events_.breaker) events_.breaker(open);
-                   if (open)
-                       spdlog::warn("redis circuit breaker open: skipping Redis, probing every {} ms",
-                                    options_.breaker_cooldown / 1'000'000);
-                   else spdlog::info("redis circuit breaker closed: shared limits resume");
-               }),
       id_(++g_store_ids),
       leases_(options_.leases ? std::optional<LeaseBook>(std::in_place, options_.leases->fraction,
                                                          options_.leases->min_period, clock)
                               : std::nullopt),
-      events_(std::move(events)) {}
+      events_(std::move(events)) {
+    handshake_ = login_commands(options_, endpoint_);
+    // A master the sentinels named may have been demoted since: ROLE tells before any call.
+    if (options_.sentinels) handshake_.push_back({"ROLE"});
+    // On every node, so that EVALSHA finds it on each master of a cluster.
+    handshake_.push_back({"SCRIPT", "LOAD", std::string(limiter_script())});
+    if (!options_.cluster) {
+        node(0);
+        return;
+    }
+    // A master the workers have no connections to yet gets them before a call needs one.
+    options_.cluster->on_change([this](const Cluster::Map& map) {
+        auto now = std::make_shared<const Cluster::Map>(map);
+        std::lock_guard lock(clients_mutex_);
+        for (auto& c : clients_) net::post(c->ex, [this, raw = c.get(), now] { open_shards(*raw, *now); });
+    });
+    options_.cluster->start();
+}
 
 std::vector<std::vector<std::string>> login_commands(const StoreOptions& options, const Endpoint& endpoint) {
     std::vector<std::vector<std::string>> commands;
@@ -143,18 +173,34 @@ std::vector<std::vector<std::string>> login_commands(const StoreOptions& options
 
 RedisStore::~RedisStore() { stop(); }
 
+RedisStore::Node& RedisStore::node(std::size_t index) {
+    std::lock_guard lock(nodes_mutex_);
+    while (nodes_.size() <= index) {
+        auto where = endpoint_;
+        if (options_.cluster) {
+            auto map = options_.cluster->map();
+            if (nodes_.size() < map->nodes.size()) where = map->nodes[nodes_.size()];
+        }
+        auto name = fmt::format("{}:{}", where.host, where.port);
+        auto on_change = [this, name = options_.cluster ? " (" + name + ")" : std::string()](bool open) {
+            auto open_now = open ? ++open_breakers_ : --open_breakers_;
+            if (events_.breaker && (open ? open_now == 1 : open_now == 0)) events_.breaker(open);
+            if (open)
+                spdlog::warn("redis circuit breaker open{}: skipping Redis, probing every {} ms", name,
+                             options_.breaker_cooldown / 1'000'000);
+            else spdlog::info("redis circuit breaker closed{}: shared limits resume", name);
+        };
+        nodes_.push_back(std::make_unique<Node>(std::move(where), clock_, options_.failures_to_open,
+                                                options_.breaker_cooldown, std::move(on_change)));
+    }
+    return *nodes_[index];
+}
+
 void RedisStore::attach(net::any_io_executor ex, unsigned connections) {
     auto client = std::make_unique<Client>();
     client->ex = ex;
-    client->flush_timer.emplace(ex);
-    auto handshake = login_commands(options_, endpoint_);
-    // A master the sentinels named may have been demoted since: ROLE tells before any call.
-    if (options_.sentinels) handshake.push_back({"ROLE"});
-    handshake.push_back({"SCRIPT", "LOAD", std::string(limiter_script())});
+    client->connections_per_shard = std::max(1u, connections);
     auto* raw = client.get();
-    for (unsigned i = 0; i < std::max(1u, connections); ++i)
-        client->connections.push_back(open_connection(*raw, handshake, true));
-    if (options_.sentinels) client->settler = open_connection(*raw, handshake, false);
     {
         std::lock_guard lock(clients_mutex_);
         clients_.push_back(std::move(client));
@@ -162,32 +208,54 @@ void RedisStore::attach(net::any_io_executor ex, unsigned connections) {
     // Binds on the loop's own thread: calls made there find this client without a lock.
     net::post(ex, [this, raw] {
         t_clients.emplace_back(id_, raw);
-        for (auto& c : raw->connections) {
-            if (options_.sentinels) options_.sentinels->follow(c);
-            else c->start();
-        }
-        if (raw->settler) options_.sentinels->follow(raw->settler);
+        if (options_.cluster) open_shards(*raw, *options_.cluster->map());
+        else shard_of(*raw, 0);
         net::co_spawn(raw->ex, retry_loop(*raw), net::detached);
     });
 }
 
-std::shared_ptr<Connection> RedisStore::open_connection(Client& client,
-                                                        const std::vector<std::vector<std::string>>& handshake,
-                                                        bool counts_as_ready) {
-    auto* raw = &client;
+RedisStore::Shard& RedisStore::shard_of(Client& c, std::size_t index) {
+    if (c.shards.size() <= index) c.shards.resize(index + 1);
+    if (auto& existing = c.shards[index]) return *existing;
+    auto shard = std::make_unique<Shard>();
+    shard->node = &node(index);
+    shard->flush_timer.emplace(c.ex);
+    for (unsigned i = 0; i < c.connections_per_shard; ++i)
+        shard->connections.push_back(open_connection(c, *shard, true));
+    if (options_.sentinels) shard->settler = open_connection(c, *shard, false);
+    for (auto& conn : shard->connections) {
+        if (options_.sentinels) options_.sentinels->follow(conn);
+        else conn->start();
+    }
+    if (shard->settler) options_.sentinels->follow(shard->settler);
+    c.shards[index] = std::move(shard);
+    return *c.shards[index];
+}
+
+void RedisStore::open_shards(Client& c, const Cluster::Map& map) {
+    if (stopping_.load()) return;
+    // The masters that serve slots, before any call needs one: a connection is not ready at once.
+    for (auto owner : map.owner)
+        if (owner >= 0 && (c.shards.size() <= static_cast<std::size_t>(owner) || !c.shards[owner]))
+            shard_of(c, static_cast<std::size_t>(owner));
+}
+
+std::shared_ptr<Connection> RedisStore::open_connection(Client& client, Shard& shard, bool counts_as_ready) {
+    auto* raw = &shard;
     auto connection = std::make_shared<Connection>(
-        client.ex, endpoint_, handshake,
+        client.ex, shard.node->endpoint, handshake_,
         [this, raw, counts_as_ready](bool ready, const std::vector<Reply>& replies) {
             if (ready && !replies.empty() && replies.back().type == Reply::Type::string) raw->sha = replies.back().str;
-            if (ready) breaker_.probe_now();
+            if (ready) raw->node->breaker.probe_now();
             else if (options_.sentinels) options_.sentinels->ask_again();
+            else if (options_.cluster) options_.cluster->ask_again();  // a master gone: who serves its slots?
             if (!counts_as_ready) return;
             if (ready) ++ready_connections_;
             else --ready_connections_;
         },
         options_.tls);
     if (options_.sentinels)
-        connection->set_vetting([this, role_index = handshake.size() - 2](const std::vector<Reply>& replies) {
+        connection->set_vetting([this, role_index = handshake_.size() - 2](const std::vector<Reply>& replies) {
             auto why = expect_master(role_index)(replies);
             if (why.empty()) note_replicas(replies[role_index]);
             return why;
@@ -204,16 +272,19 @@ void RedisStore::start_heartbeat(net::any_io_executor ex) {
 void RedisStore::stop() {
     if (stopping_.exchange(true)) return;
     if (options_.sentinels) options_.sentinels->stop();
+    if (options_.cluster) options_.cluster->stop();
     std::lock_guard lock(clients_mutex_);
-    for (auto& c : clients_) {
-        for (auto& conn : c->connections) conn->stop();
-        c->connections.clear();
-        if (c->settler) c->settler->stop();
-        // Asio objects must go before their event loop does, and the loops are destroyed
-        // before the store (nothing sends after stopping_: settlements wait in the retry queue).
-        c->settler.reset();
-        c->flush_timer.reset();
-    }
+    for (auto& c : clients_)
+        for (auto& shard : c->shards) {
+            if (!shard) continue;
+            for (auto& conn : shard->connections) conn->stop();
+            shard->connections.clear();
+            if (shard->settler) shard->settler->stop();
+            // Asio objects must go before their event loop does, and the loops are destroyed
+            // before the store (nothing sends after stopping_: settlements wait in the retry queue).
+            shard->settler.reset();
+            shard->flush_timer.reset();
+        }
 }
 
 std::size_t RedisStore::settlements_outstanding() const {
@@ -233,21 +304,34 @@ RedisStore::Client* RedisStore::any_client() {
 
 bool RedisStore::ready() {
     auto* c = client_here();
-    return c &&
-           std::any_of(c->connections.begin(), c->connections.end(), [](const auto& conn) { return conn->ready(); });
+    if (!c) return false;
+    for (const auto& shard : c->shards)
+        if (shard && std::any_of(shard->connections.begin(), shard->connections.end(),
+                                 [](const auto& conn) { return conn->ready(); }))
+            return true;
+    return false;
 }
 
-Connection* RedisStore::pick(Client& c) {
+Connection* RedisStore::pick(Shard& shard) {
     // Fill one connection before using the next: commands written together are read and
     // answered together, so a busy loop costs Redis one syscall for many calls.
     constexpr std::size_t k_batch = 32;
     Connection* least = nullptr;
-    for (auto& conn : c.connections) {
+    for (auto& conn : shard.connections) {
         if (!conn->ready()) continue;
         if (conn->pending() < k_batch) return conn.get();
         if (!least || conn->pending() < least->pending()) least = conn.get();
     }
     return least;
+}
+
+std::optional<std::size_t> RedisStore::route(std::span<const std::string> args) const {
+    if (!options_.cluster) return 0;
+    auto slot = call_slot(args);
+    if (!slot) return std::nullopt;
+    auto owner = options_.cluster->map()->node_of(*slot);
+    if (owner < 0) return std::nullopt;
+    return static_cast<std::size_t>(owner);
 }
 
 core::Nanos RedisStore::quota_now() const {
@@ -266,41 +350,101 @@ std::string RedisStore::next_lease() {
 }
 
 net::awaitable<Result> RedisStore::call(Client& c, std::vector<std::string> args) {
-    if (c.sha.empty()) as_eval(args);
-    else args[1] = c.sha;
-    for (int attempt = 0; attempt < 2; ++attempt) {
-        auto* conn = pick(c);
-        if (!conn) co_return Result{CallError::unavailable, {}};
-        // An attempt after NOSCRIPT gets its own timeout.
-        auto result = co_await round_trip(*conn, args, std::chrono::nanoseconds(options_.config.timeout));
-        if (is_noscript(result) && args[0] == "EVALSHA") {
+    // A cluster may redirect a call a few times (a slot migrating, then moved), each followed
+    // at once; TRYAGAIN (a migration's keys half moved) waits a little, within the timeout.
+    constexpr int k_attempts = 8;
+    auto timeout = std::chrono::nanoseconds(options_.config.timeout);
+    auto give_up = std::chrono::steady_clock::now() + timeout;
+    bool as_text = false;
+    std::optional<std::size_t> asked;  // ASK: that master, this once, after ASKING
+    for (int attempt = 0; attempt < k_attempts; ++attempt) {
+        auto index = asked ? asked : route(args);
+        if (!index) {
+            // A slot nobody serves (yet): the map is asked for again.
+            if (options_.cluster) options_.cluster->ask_again();
+            count_call("unavailable");
+            co_return Result{CallError::unavailable, {}};
+        }
+        auto& shard = shard_of(c, *index);
+        auto& node = *shard.node;
+        if (!asked && !node.breaker.allow()) {
+            count_call("skipped");
+            co_return Result{CallError::skipped, {}};
+        }
+        if (as_text || shard.sha.empty()) as_eval(args);
+        else args[1] = shard.sha;
+        auto* conn = pick(shard);
+        if (!conn) {
+            node.breaker.record(false);
+            note_failure(node, CallError::unavailable);
+            co_return Result{CallError::unavailable, {}};
+        }
+        if (asked) {
+            static const std::string asking[] = {"ASKING"};
+            conn->send(asking, [](Result) {});
+            asked.reset();
+        }
+        // An attempt after a redirection gets its own timeout.
+        auto result = co_await round_trip(*conn, args, timeout);
+        if (is_noscript(result) && !as_text) {
             // SCRIPT FLUSH or a restarted Redis: send the text once, which loads it again.
             count_call("noscript");
-            as_eval(args);
+            as_text = true;
             continue;
         }
+        if (options_.cluster && result.error == CallError::none) {
+            if (auto redirect = parse_redirect(result.reply, endpoint_)) {
+                ++redirects_;
+                count_call(redirect->ask ? "ask" : "moved");
+                if (redirect->ask) asked = options_.cluster->index_of(redirect->to);
+                else options_.cluster->moved(redirect->slot, redirect->to);
+                continue;
+            }
+            if (answered_error(result, "TRYAGAIN") && std::chrono::steady_clock::now() < give_up) {
+                count_call("tryagain");
+                net::steady_timer pause(c.ex, std::chrono::milliseconds(5));
+                co_await pause.async_wait(k_use);
+                continue;
+            }
+        }
+        node.breaker.record(result.ok());
+        if (result.ok()) note_success(node);
+        else note_failure(node, result.error);
         co_return result;
     }
+    count_call("unavailable");
     co_return Result{CallError::unavailable, {}};
 }
 
-void RedisStore::note_success() {
+void RedisStore::note_success(Node& node) {
     count_call("ok");
-    if (!healthy_.load(std::memory_order_relaxed) && !healthy_.exchange(true))
-        spdlog::info("redis answers again: limits are shared across replicas again");
+    if (!node.healthy.load(std::memory_order_relaxed) && !node.healthy.exchange(true)) {
+        --unhealthy_nodes_;
+        if (options_.cluster)
+            spdlog::info("redis {}:{} answers again: its tenants' limits are shared across replicas again",
+                         node.endpoint.host, node.endpoint.port);
+        else spdlog::info("redis answers again: limits are shared across replicas again");
+    }
 }
 
-void RedisStore::note_failure(CallError error) {
+void RedisStore::note_failure(Node& node, CallError error) {
     count_call(error_name(error));
-    if (healthy_.load(std::memory_order_relaxed) && healthy_.exchange(false)) {
+    if (node.healthy.load(std::memory_order_relaxed) && node.healthy.exchange(false)) {
         auto divisor = std::max(1u, live_replicas());
-        local_.clear();
-        local_.set_share_divisor(divisor);
-        spdlog::warn("redis unavailable ({}): on_error {} applies{}", error_name(error),
-                     policy_name(options_.config.on_error),
-                     options_.config.on_error == config::OnStoreError::local
+        if (unhealthy_nodes_++ == 0) {
+            local_.clear();
+            local_.set_share_divisor(divisor);
+        }
+        auto local = options_.config.on_error == config::OnStoreError::local
                          ? fmt::format(", each limit ÷ {} live replicas, decided in this process", divisor)
-                         : std::string());
+                         : std::string();
+        if (options_.cluster)
+            spdlog::warn("redis {}:{} unavailable ({}): on_error {} applies to the tenants it serves{}",
+                         node.endpoint.host, node.endpoint.port, error_name(error),
+                         policy_name(options_.config.on_error), local);
+        else
+            spdlog::warn("redis unavailable ({}): on_error {} applies{}", error_name(error),
+                         policy_name(options_.config.on_error), local);
     }
 }
 
@@ -324,7 +468,7 @@ net::awaitable<bool> RedisStore::wait_ready(std::chrono::nanoseconds limit) {
 
 net::awaitable<Decision> RedisStore::run_decision(std::span<const Charge> charges, bool commit) {
     auto* client = client_here();
-    if (!client || stopping_.load() || !breaker_.allow()) {
+    if (!client || stopping_.load()) {
         count_call("skipped");
         co_return fallback(charges, commit);
     }
@@ -416,17 +560,14 @@ net::awaitable<void> RedisStore::renew(Client& client, Charge want) { co_await l
 
 net::awaitable<double> RedisStore::lease_from_redis(Client& client, const Charge& want, double least) {
     ++renewals_in_flight_;
-    auto r = co_await call(client, lease_call("", options_.config.prefix, want, least, script_now_us()).args);
+    auto r = co_await call(client, lease_call("", keys_, want, least, script_now_us()).args);
     --renewals_in_flight_;
     auto answer = r.ok() ? parse_lease(r.reply) : std::nullopt;
     if (!answer) {
+        if (r.ok()) spdlog::error("redis script: unexpected reply to a lease");
         leases_->granted(want, 0, std::nan(""));
-        breaker_.record(false);
-        note_failure(r.error);
         co_return -1;
     }
-    breaker_.record(true);
-    note_success();
     leases_->granted(want, answer->first, answer->second);
     if (draining_.load()) release_leases();  // what came after the shutdown's release goes back too
     co_return answer->first;
@@ -440,8 +581,8 @@ void RedisStore::release_leases() {
 void RedisStore::return_leases(bool everything) {
     if (!leases_) return;
     for (auto& unused : leases_->expire(everything)) {
-        auto marker = options_.config.prefix + "settled:" + next_lease();
-        submit(lease_return_call("", options_.config.prefix, unused.charge, marker, script_now_us()).args);
+        submit(lease_return_call("", keys_, unused.charge, keys_.marker(unused.charge, next_lease()), script_now_us())
+                   .args);
     }
 }
 
@@ -451,15 +592,12 @@ net::awaitable<std::optional<Decision>> RedisStore::ask_redis(Client& client, st
     auto lease_ms = static_cast<double>(options_.lease) / 1e6;
     auto unix_now = quota_now();
     auto windows = quota_windows(charges, unix_now);
-    auto r = co_await call(client, decide_call("", options_.config.prefix, charges, windows, unix_now, commit, lease,
-                                               lease_ms, script_now_us())
-                                       .args);
+    auto r = co_await call(
+        client, decide_call("", keys_, charges, windows, unix_now, commit, lease, lease_ms, script_now_us()).args);
     if (r.ok()) {
         std::string error;
         if (auto d = parse_decision(r.reply, charges, error)) {
             for (std::size_t i = 0; i < charges.size(); ++i) d->statuses[i].window = windows[i];
-            breaker_.record(true);
-            note_success();
             if (!commit) {
                 for (auto& s : d->statuses) s.charged = false;
             } else if (d->allowed) {
@@ -475,15 +613,13 @@ net::awaitable<std::optional<Decision>> RedisStore::ask_redis(Client& client, st
         // A master demoted under us answers READONLY: ask where the master is now.
         if (options_.sentinels && r.reply.str.rfind("READONLY", 0) == 0) options_.sentinels->ask_again();
     }
-    breaker_.record(false);
-    note_failure(r.error);
     if (commit && (r.error == CallError::timeout || r.error == CallError::disconnected)) {
         // Sent, and no answer: the script may have run after all. Give back any concurrency
         // slot it took (a release of a lease that does not exist changes nothing).
         std::vector<Charge> slots;
         for (const auto& c : charges)
             if (c.spec->algorithm == config::Algorithm::concurrency) slots.push_back(c);
-        if (!slots.empty()) keep_for_retry(client, settle_call("", options_.config.prefix, slots, {}, lease, -1).args);
+        if (!slots.empty()) keep_for_retry(client, settle_call("", keys_, slots, {}, lease, -1).args);
     }
     co_return std::nullopt;
 }
@@ -495,20 +631,15 @@ net::awaitable<limiter::ShapeQueue::StartCheck> RedisStore::queue_turn(const Dec
     auto* client = client_here();
     // A queue that cannot be asked does not hold the request: it was admitted, it starts.
     limiter::ShapeQueue::StartCheck cannot_ask{false, true, clock_.now()};
-    if (!client || stopping_.load() || !breaker_.allow()) co_return cannot_ask;
-    auto r = co_await call(
-        *client, turn_call("", options_.config.prefix, charge, decision.lease, ticket, false, script_now_us()).args);
+    if (!client || stopping_.load()) co_return cannot_ask;
+    auto r = co_await call(*client, turn_call("", keys_, charge, decision.lease, ticket, false, script_now_us()).args);
     auto now = clock_.now();
     if (r.ok())
         if (auto check = parse_turn(r.reply, now)) {
-            breaker_.record(true);
-            note_success();
             check->wait_until = std::min(check->wait_until, now + k_turn_poll);
             co_return *check;
         }
     if (r.ok()) spdlog::error("redis script: unexpected reply to a queue turn");
-    breaker_.record(false);
-    note_failure(r.error);
     co_return cannot_ask;
 }
 
@@ -519,8 +650,7 @@ net::awaitable<void> RedisStore::queue_leave(const Decision& decision, const Cha
     }
     // Not waited for: a place nobody asks about is dropped by Redis within 5 s anyway.
     if (auto* client = client_here(); client && !stopping_.load())
-        co_await call(
-            *client, turn_call("", options_.config.prefix, charge, decision.lease, ticket, true, script_now_us()).args);
+        co_await call(*client, turn_call("", keys_, charge, decision.lease, ticket, true, script_now_us()).args);
 }
 
 Decision RedisStore::fallback(std::span<const Charge> charges, bool commit) {
@@ -539,7 +669,7 @@ net::awaitable<std::optional<limiter::QuotaState>> RedisStore::quota(const Charg
     auto unix_now = quota_now();
     const auto& spec = *charge.spec;
     auto window = core::calendar_window(*spec.zone, spec.period, unix_now);
-    auto r = co_await call(*client, quota_call("", options_.config.prefix, charge, window, unix_now, add, reset).args);
+    auto r = co_await call(*client, quota_call("", keys_, charge, window, unix_now, add, reset).args);
     if (!r.ok()) co_return std::nullopt;
     auto state = parse_quota(r.reply);
     if (state) state->window = window;
@@ -549,14 +679,13 @@ net::awaitable<std::optional<limiter::QuotaState>> RedisStore::quota(const Charg
 void RedisStore::settle(const Decision& decision, std::span<const Charge> charged, const config::Amounts& actual) {
     if (decision.keeper == limiter::Keeper::memory) return local_.settle(charged, actual, decision.lease);
     if (decision.keeper != limiter::Keeper::shared) return;
-    if (!leases_)
-        return submit(settle_call("", options_.config.prefix, charged, actual, decision.lease, script_now_us()).args);
+    if (!leases_) return submit(settle_call("", keys_, charged, actual, decision.lease, script_now_us()).args);
     config::Charges in_redis;
     for (const auto& c : charged) {
         if (!LeaseBook::leased(c)) in_redis.push_back(c);
         else if (limiter::settles(c, actual)) leases_->settle(c, actual.in(c.spec->unit) - c.amount);
     }
-    submit(settle_call("", options_.config.prefix, in_redis, actual, decision.lease, script_now_us()).args);
+    submit(settle_call("", keys_, in_redis, actual, decision.lease, script_now_us()).args);
 }
 
 void RedisStore::submit(std::vector<std::string> args) {
@@ -579,20 +708,26 @@ void RedisStore::submit(std::vector<std::string> args) {
 }
 
 void RedisStore::send_settlement(Client& c, std::vector<std::string> args) {
-    if (breaker_.open() || stopping_.load()) {
+    auto index = route(args);
+    if (!index || stopping_.load()) {
+        keep_for_retry(c, std::move(args));
+        return;
+    }
+    auto& shard = shard_of(c, *index);
+    if (shard.node->breaker.open()) {
         keep_for_retry(c, std::move(args));
         return;
     }
     ++settlements_in_flight_;
-    c.unsent.push_back(std::move(args));
+    shard.unsent.push_back(std::move(args));
     auto interval = options_.config.flush_interval;
-    if (interval <= 0 || c.unsent.size() >= k_batch_max) return flush_settlements(c);
-    if (c.flush_armed) return;
-    c.flush_armed = true;
-    c.flush_timer->expires_after(std::chrono::nanoseconds(interval));
-    c.flush_timer->async_wait([this, &c](boost::system::error_code ec) {
-        c.flush_armed = false;
-        if (!ec) flush_settlements(c);
+    if (interval <= 0 || shard.unsent.size() >= k_batch_max) return flush_settlements(c, shard);
+    if (shard.flush_armed) return;
+    shard.flush_armed = true;
+    shard.flush_timer->expires_after(std::chrono::nanoseconds(interval));
+    shard.flush_timer->async_wait([this, &c, &shard](boost::system::error_code ec) {
+        shard.flush_armed = false;
+        if (!ec) flush_settlements(c, shard);
     });
 }
 
@@ -603,34 +738,37 @@ struct RedisStore::SettleBatch {
     bool as_text = false;  // EVAL: the server had lost the script (NOSCRIPT)
 };
 
-void RedisStore::flush_settlements(Client& c) {
+void RedisStore::flush_settlements(Client& c, Shard& shard) {
     // WAIT holds the settler until its batch is confirmed: one batch at a time there.
-    if ((c.settler && c.batch_in_flight) || c.unsent.empty()) return;
-    auto* conn = breaker_.open() ? nullptr : c.settler ? (c.settler->ready() ? c.settler.get() : nullptr) : pick(c);
+    if ((shard.settler && shard.batch_in_flight) || shard.unsent.empty()) return;
+    Connection* conn = nullptr;
+    if (!shard.node->breaker.open())
+        conn = shard.settler ? (shard.settler->ready() ? shard.settler.get() : nullptr) : pick(shard);
     if (!conn) {
-        for (auto& args : c.unsent) {
+        for (auto& args : shard.unsent) {
             --settlements_in_flight_;
             keep_for_retry(c, std::move(args));
         }
-        c.unsent.clear();
+        shard.unsent.clear();
         return;
     }
     auto batch = std::make_shared<SettleBatch>();
-    auto n = std::min(c.unsent.size(), k_batch_max);
-    batch->settlements.assign(std::make_move_iterator(c.unsent.begin()),
-                              std::make_move_iterator(c.unsent.begin() + static_cast<std::ptrdiff_t>(n)));
-    c.unsent.erase(c.unsent.begin(), c.unsent.begin() + static_cast<std::ptrdiff_t>(n));
-    send_batch(c, *conn, std::move(batch));
+    auto n = std::min(shard.unsent.size(), k_batch_max);
+    batch->settlements.assign(std::make_move_iterator(shard.unsent.begin()),
+                              std::make_move_iterator(shard.unsent.begin() + static_cast<std::ptrdiff_t>(n)));
+    shard.unsent.erase(shard.unsent.begin(), shard.unsent.begin() + static_cast<std::ptrdiff_t>(n));
+    send_batch(c, shard, *conn, std::move(batch));
 }
 
-void RedisStore::send_batch(Client& c, Connection& conn, std::shared_ptr<SettleBatch> batch) {
-    c.batch_in_flight = true;
-    auto args = settle_batch_call(c.sha, batch->settlements).args;
-    if (c.sha.empty() || batch->as_text) as_eval(args);
-    if (!c.settler) {
-        conn.send(args, [this, &c, batch](Result r) {
+void RedisStore::send_batch(Client& c, Shard& shard, Connection& conn, std::shared_ptr<SettleBatch> batch) {
+    shard.batch_in_flight = true;
+    // A cluster shard's batch holds many slots: its keys cannot be declared (SPEC §18).
+    auto args = settle_batch_call(shard.sha, batch->settlements, !options_.cluster).args;
+    if (shard.sha.empty() || batch->as_text) as_eval(args);
+    if (!shard.settler) {
+        conn.send(args, [this, &c, &shard, batch](Result r) {
             batch->applied = std::move(r);
-            batch_answered(c, batch, std::nullopt);
+            batch_answered(c, shard, batch, std::nullopt);
         });
         return;
     }
@@ -644,19 +782,19 @@ void RedisStore::send_batch(Client& c, Connection& conn, std::shared_ptr<SettleB
     const std::string ping[] = {"PING"};
     std::span<const std::string> confirm = wait;
     if (!batch->waits_for_replica) confirm = ping;
-    conn.send(confirm, [this, &c, batch](Result r) { batch_answered(c, batch, std::move(r)); });
+    conn.send(confirm, [this, &c, &shard, batch](Result r) { batch_answered(c, shard, batch, std::move(r)); });
 }
 
-void RedisStore::batch_answered(Client& c, const std::shared_ptr<SettleBatch>& batch,
+void RedisStore::batch_answered(Client& c, Shard& shard, const std::shared_ptr<SettleBatch>& batch,
                                 std::optional<Result> confirmation) {
-    c.batch_in_flight = false;
+    shard.batch_in_flight = false;
     const auto& applied = batch->applied;
     if (is_noscript(applied) && !batch->as_text) {
         // SCRIPT FLUSH or a restarted Redis: the text, once, which loads it again.
         count_call("noscript");
         batch->as_text = true;
-        auto* conn = c.settler ? c.settler.get() : pick(c);
-        if (conn && conn->ready()) return send_batch(c, *conn, batch);
+        auto* conn = shard.settler ? shard.settler.get() : pick(shard);
+        if (conn && conn->ready()) return send_batch(c, shard, *conn, batch);
     }
     bool confirmed =
         !confirmation || (confirmation->ok() && (!batch->waits_for_replica || confirmation->reply.integer >= 1));
@@ -666,15 +804,18 @@ void RedisStore::batch_answered(Client& c, const std::shared_ptr<SettleBatch>& b
     } else {
         // Unanswered, refused, or answered by a master no replica has confirmed yet (one that
         // fell before a replica had them would lose them): each is sent again, to whichever
-        // master there is then; the script applies a lease's settlement once.
+        // master there is then; the script applies a lease's settlement once. In a cluster, a
+        // key whose slot moved stops the batch there, before that settlement's writes: the
+        // map is asked for again, and each goes where its slot is then.
         if (!applied.ok()) count_call(error_name(applied.error));
         else count_call(confirmation->ok() ? "unreplicated" : error_name(confirmation->error));
+        if (options_.cluster && applied.error == CallError::none) options_.cluster->ask_again();
         for (auto& args : batch->settlements) {
             --settlements_in_flight_;
             keep_for_retry(c, std::move(args));
         }
     }
-    flush_settlements(c);
+    flush_settlements(c, shard);
 }
 
 void RedisStore::keep_for_retry(Client& c, std::vector<std::string> args) {
@@ -689,11 +830,19 @@ void RedisStore::keep_for_retry(Client& c, std::vector<std::string> args) {
 }
 
 void RedisStore::flush_retries(Client& c) {
-    if (c.retry.empty() || breaker_.open()) return;
+    if (c.retry.empty()) return;
     auto waiting = std::move(c.retry);
     c.retry.clear();
     settlements_waiting_ -= waiting.size();
-    for (auto& args : waiting) send_settlement(c, std::move(args));
+    for (auto& args : waiting) {
+        // Those for a master whose breaker is open wait on, without counting as retried again.
+        if (auto index = route(args); index && shard_of(c, *index).node->breaker.open()) {
+            c.retry.push_back(std::move(args));
+            ++settlements_waiting_;
+            continue;
+        }
+        send_settlement(c, std::move(args));
+    }
 }
 
 net::awaitable<void> RedisStore::retry_loop(Client& c) {
@@ -702,7 +851,7 @@ net::awaitable<void> RedisStore::retry_loop(Client& c) {
         timer.expires_after(std::chrono::milliseconds(250));
         auto [ec] = co_await timer.async_wait(k_use);
         if (ec) co_return;
-        if (!c.retry.empty() && pick(c)) flush_retries(c);
+        if (!c.retry.empty() && ready()) flush_retries(c);
         if (!draining_.load()) return_leases(false);  // leases idle for min_period go back
     }
 }
@@ -716,22 +865,15 @@ net::awaitable<void> RedisStore::heartbeat_loop(Client& c) {
         auto [ec] = co_await timer.async_wait(k_use);
         if (ec) co_return;
         timer.expires_after(period);
-        if (!breaker_.allow()) continue;
-        auto r =
-            co_await call(c, heartbeat_call("", options_.config.prefix, replica_id_, ttl_ms, script_now_us()).args);
+        auto r = co_await call(c, heartbeat_call("", keys_, replica_id_, ttl_ms, script_now_us()).args);
         if (r.ok() && r.reply.type == Reply::Type::integer) {
             auto n = static_cast<unsigned>(std::max<long long>(1, r.reply.integer));
             if (n != live_replicas_.exchange(n)) spdlog::info("redis: {} live replicas share the limits", n);
             if (events_.replicas) events_.replicas(n);
-            breaker_.record(true);
-            note_success();
             flush_retries(c);
-        } else {
-            breaker_.record(false);
-            note_failure(r.error);
         }
         if (options_.sentinels)
-            if (auto* conn = pick(c)) {
+            if (auto* conn = pick(shard_of(c, 0))) {
                 static const std::string role[] = {"ROLE"};
                 auto answer = co_await round_trip(*conn, role, std::chrono::nanoseconds(options_.config.timeout));
                 if (answer.ok()) note_replicas(answer.reply);

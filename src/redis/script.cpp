@@ -77,13 +77,14 @@ if op == 'heartbeat' then
   return redis.call('ZCARD', KEYS[1])
 end
 
--- Settles one request: KEYS[k + 1 .. k + n]; ARGV[a] its lease, ARGV[a + 1] its marker, then
--- four per key (kind, capacity, rate, amount).
-local function settle(k, a, n)
+-- Settles one request: keys[k + 1 .. k + n]; ARGV[a] its lease, ARGV[a + 1] its marker, then
+-- four per key (kind, capacity, rate, amount). The marker comes first: in a cluster, a key whose
+-- slot has moved fails there, before anything of this settlement is written.
+local function settle(keys, k, a, n)
   -- A retried settlement whose first attempt did land must not apply twice.
   if ARGV[a + 1] ~= '' and not redis.call('SET', ARGV[a + 1], 1, 'NX', 'PX', 120000) then return end
   for i = 1, n do
-    local key = KEYS[k + i]
+    local key = keys[k + i]
     local b = a + 2 + (i - 1) * 4
     local kind, cap_s, rate_s = ARGV[b], ARGV[b + 1], ARGV[b + 2]
     if kind == 'c' then
@@ -110,16 +111,24 @@ local function settle(k, a, n)
 end
 
 if op == 'settle' then
-  settle(0, 3, #KEYS)
+  settle(KEYS, 0, 3, #KEYS)
   return 1
 end
 
 -- Many settlements, in order: from ARGV[3], each is its key count, then settle()'s arguments.
+-- With no keys declared (a cluster shard's batch, of many slots), ARGV[3] counts the keys that
+-- follow it, and the settlements come after them.
 if op == 'settle_batch' then
-  local k, a = 0, 3
+  local keys, k, a = KEYS, 0, 3
+  if #KEYS == 0 then
+    local count = tonumber(ARGV[3])
+    keys = {}
+    for i = 1, count do keys[i] = ARGV[3 + i] end
+    a = 4 + count
+  end
   while a <= #ARGV do
     local n = tonumber(ARGV[a])
-    settle(k, a + 1, n)
+    settle(keys, k, a + 1, n)
     k = k + n
     a = a + 3 + 4 * n
   end
@@ -396,20 +405,6 @@ char kind_of(const config::LimitSpec& spec) {
     return 'r';
 }
 
-/// A quota's key also names its window (its start, in Unix seconds), so that each window is
-/// its own key that expires a day after it ends.
-std::string key_for(std::string_view prefix, const limiter::Charge& c, const core::CalendarWindow& window) {
-    std::string key;
-    key.reserve(prefix.size() + c.key.size() + 12);
-    key += prefix;
-    key += c.key;
-    if (c.spec->algorithm == config::Algorithm::quota) {
-        key += ':';
-        key += std::to_string(window.start / core::k_nanos_per_second);
-    }
-    return key;
-}
-
 double micros(core::Nanos ns) { return static_cast<double>(ns) / 1000.0; }
 
 double max_wait_us(const config::LimitSpec& spec) {
@@ -444,6 +439,38 @@ std::string number_text(double value) {
     return std::string(buf, ec == std::errc{} ? p : buf);
 }
 
+std::string KeySpace::tag(const limiter::Charge& charge) const {
+    if (!cluster) return std::string(prefix);
+    std::string tag;
+    if (charge.level == config::Level::tenant) {
+        tag.reserve(prefix.size() + charge.tenant.size() + 4);
+        tag.append("{").append(prefix).append("t:").append(charge.tenant).append("}");
+    } else {
+        tag.reserve(prefix.size() + charge.key.size() + 2);
+        tag.append("{").append(prefix).append(charge.key.view()).append("}");
+    }
+    return tag;
+}
+
+std::string KeySpace::key(const limiter::Charge& charge, const core::CalendarWindow& window) const {
+    auto key = tag(charge);
+    // A shared limit's tag is its whole key already.
+    if (!cluster || charge.level == config::Level::tenant) key += charge.key.view();
+    // A quota's key also names its window (its start, in Unix seconds), so that each window is
+    // its own key that expires a day after it ends.
+    if (charge.spec->algorithm == config::Algorithm::quota) {
+        key += ':';
+        key += std::to_string(window.start / core::k_nanos_per_second);
+    }
+    return key;
+}
+
+std::string KeySpace::marker(const limiter::Charge& charge, std::string_view lease) const {
+    return tag(charge).append("settled:").append(lease);
+}
+
+std::string KeySpace::replicas() const { return std::string(prefix) + "replicas"; }
+
 std::vector<core::CalendarWindow> quota_windows(std::span<const limiter::Charge> charges, core::Nanos unix_now) {
     std::vector<core::CalendarWindow> out(charges.size());
     for (std::size_t i = 0; i < charges.size(); ++i) {
@@ -454,7 +481,7 @@ std::vector<core::CalendarWindow> quota_windows(std::span<const limiter::Charge>
     return out;
 }
 
-ScriptCall decide_call(std::string_view sha, std::string_view prefix, std::span<const limiter::Charge> charges,
+ScriptCall decide_call(std::string_view sha, const KeySpace& keys, std::span<const limiter::Charge> charges,
                        std::span<const core::CalendarWindow> windows, core::Nanos unix_now, bool commit,
                        std::string_view lease, double lease_ms, double now_us) {
     ScriptCall call;
@@ -463,7 +490,7 @@ ScriptCall decide_call(std::string_view sha, std::string_view prefix, std::span<
     a.emplace_back("EVALSHA");
     a.emplace_back(sha);
     a.push_back(std::to_string(charges.size()));
-    for (std::size_t i = 0; i < charges.size(); ++i) a.push_back(key_for(prefix, charges[i], windows[i]));
+    for (std::size_t i = 0; i < charges.size(); ++i) a.push_back(keys.key(charges[i], windows[i]));
     a.emplace_back(commit ? "decide" : "peek");
     a.push_back(time_arg(now_us));
     a.emplace_back(lease);
@@ -494,7 +521,7 @@ ScriptCall decide_call(std::string_view sha, std::string_view prefix, std::span<
     return call;
 }
 
-ScriptCall settle_call(std::string_view sha, std::string_view prefix, std::span<const limiter::Charge> charged,
+ScriptCall settle_call(std::string_view sha, const KeySpace& keys, std::span<const limiter::Charge> charged,
                        const config::Amounts& actual, std::string_view lease, double now_us) {
     ScriptCall call;
     std::vector<const limiter::Charge*> due;
@@ -505,15 +532,14 @@ ScriptCall settle_call(std::string_view sha, std::string_view prefix, std::span<
     a.emplace_back("EVALSHA");
     a.emplace_back(sha);
     a.push_back(std::to_string(due.size()));
-    for (const auto* c : due) a.push_back(key_for(prefix, *c, c->window));
+    for (const auto* c : due) a.push_back(keys.key(*c, c->window));
     a.emplace_back("settle");
     a.push_back(time_arg(now_us));
     a.emplace_back(lease);
     bool adjusts = std::any_of(due.begin(), due.end(), [](const limiter::Charge* c) {
         return c->spec->algorithm != config::Algorithm::concurrency;
     });
-    a.push_back(adjusts ? std::string(prefix) + "settled:" + std::string(lease)
-                        : std::string());  // releases repeat harmlessly
+    a.push_back(adjusts ? keys.marker(*due.front(), lease) : std::string());  // releases repeat harmlessly
     for (const auto* c : due) {
         char kind = kind_of(*c->spec);
         a.emplace_back(1, kind);
@@ -525,7 +551,8 @@ ScriptCall settle_call(std::string_view sha, std::string_view prefix, std::span<
     return call;
 }
 
-ScriptCall settle_batch_call(std::string_view sha, std::span<const std::vector<std::string>> settlements) {
+ScriptCall settle_batch_call(std::string_view sha, std::span<const std::vector<std::string>> settlements,
+                             bool declared) {
     // Each is settle_call's: EVALSHA sha n key... 'settle' time lease marker item...
     ScriptCall call;
     auto& a = call.args;
@@ -533,14 +560,21 @@ ScriptCall settle_batch_call(std::string_view sha, std::span<const std::vector<s
     a.emplace_back(sha);
     std::size_t keys = 0;
     for (const auto& s : settlements) keys += std::stoul(s[2]);
-    a.push_back(std::to_string(keys));
-    for (const auto& s : settlements) {
-        auto n = std::stoul(s[2]);
-        a.insert(a.end(), s.begin() + 3, s.begin() + 3 + static_cast<std::ptrdiff_t>(n));
-    }
+    auto add_keys = [&] {
+        for (const auto& s : settlements) {
+            auto n = std::stoul(s[2]);
+            a.insert(a.end(), s.begin() + 3, s.begin() + 3 + static_cast<std::ptrdiff_t>(n));
+        }
+    };
+    a.push_back(declared ? std::to_string(keys) : "0");
+    if (declared) add_keys();
     a.emplace_back("settle_batch");
     // One time for all: the latest (Redis TIME, unless a test's clock gave one).
     a.push_back(settlements.empty() ? std::string() : settlements.back()[3 + std::stoul(settlements.back()[2]) + 1]);
+    if (!declared) {
+        a.push_back(std::to_string(keys));
+        add_keys();
+    }
     for (const auto& s : settlements) {
         auto n = std::stoul(s[2]);
         a.push_back(s[2]);
@@ -550,14 +584,14 @@ ScriptCall settle_batch_call(std::string_view sha, std::span<const std::vector<s
     return call;
 }
 
-ScriptCall lease_call(std::string_view sha, std::string_view prefix, const limiter::Charge& charge, double least,
+ScriptCall lease_call(std::string_view sha, const KeySpace& keys, const limiter::Charge& charge, double least,
                       double now_us) {
     const auto& spec = *charge.spec;
     ScriptCall call;
     call.args = {"EVALSHA",
                  std::string(sha),
                  "1",
-                 key_for(prefix, charge, {}),
+                 keys.key(charge),
                  "lease",
                  time_arg(now_us),
                  number_text(spec.capacity),
@@ -579,7 +613,7 @@ std::optional<std::pair<double, double>> parse_lease(const Reply& reply) {
     return std::pair{granted, level};
 }
 
-ScriptCall lease_return_call(std::string_view sha, std::string_view prefix, const limiter::Charge& unused,
+ScriptCall lease_return_call(std::string_view sha, const KeySpace& keys, const limiter::Charge& unused,
                              std::string_view marker, double now_us) {
     const auto& spec = *unused.spec;
     ScriptCall call;
@@ -587,7 +621,7 @@ ScriptCall lease_return_call(std::string_view sha, std::string_view prefix, cons
     call.args = {"EVALSHA",
                  std::string(sha),
                  "1",
-                 key_for(prefix, unused, {}),
+                 keys.key(unused),
                  "settle",
                  time_arg(now_us),
                  "",
@@ -599,13 +633,12 @@ ScriptCall lease_return_call(std::string_view sha, std::string_view prefix, cons
     return call;
 }
 
-ScriptCall quota_call(std::string_view sha, std::string_view prefix, const limiter::Charge& charge,
+ScriptCall quota_call(std::string_view sha, const KeySpace& keys, const limiter::Charge& charge,
                       const core::CalendarWindow& window, core::Nanos unix_now, double add, bool reset) {
     auto ttl_ms = static_cast<double>(std::max<core::Nanos>(0, window.end - unix_now)) / 1e6 + 86'400'000;
     ScriptCall call;
-    call.args = {
-        "EVALSHA",         std::string(sha),   "1", key_for(prefix, charge, window), "quota", "", number_text(add),
-        reset ? "1" : "0", number_text(ttl_ms)};
+    call.args = {"EVALSHA",         std::string(sha),   "1", keys.key(charge, window), "quota", "", number_text(add),
+                 reset ? "1" : "0", number_text(ttl_ms)};
     return call;
 }
 
@@ -617,17 +650,12 @@ std::optional<limiter::QuotaState> parse_quota(const Reply& reply) {
     return limiter::QuotaState{*used, *added, {}};
 }
 
-ScriptCall heartbeat_call(std::string_view sha, std::string_view prefix, std::string_view replica, double ttl_ms,
+ScriptCall heartbeat_call(std::string_view sha, const KeySpace& keys, std::string_view replica, double ttl_ms,
                           double now_us) {
     ScriptCall call;
-    call.args = {"EVALSHA",
-                 std::string(sha),
-                 "1",
-                 std::string(prefix) + "replicas",
-                 "heartbeat",
-                 time_arg(now_us),
-                 std::string(replica),
-                 number_text(ttl_ms)};
+    call.args = {
+        "EVALSHA",          std::string(sha), "1", keys.replicas(), "heartbeat", time_arg(now_us), std::string(replica),
+        number_text(ttl_ms)};
     return call;
 }
 
@@ -670,8 +698,8 @@ std::optional<limiter::Decision> parse_decision(const Reply& reply, std::span<co
     return d;
 }
 
-ScriptCall turn_call(std::string_view sha, std::string_view prefix, const limiter::Charge& charge,
-                     std::string_view lease, std::uint64_t ticket, bool leave, double now_us) {
+ScriptCall turn_call(std::string_view sha, const KeySpace& keys, const limiter::Charge& charge, std::string_view lease,
+                     std::uint64_t ticket, bool leave, double now_us) {
     const auto& spec = *charge.spec;
     // The drift a waiter may run behind its latest start, as ShapeQueue allows.
     double drift_us = max_wait_us(spec) / 10 + 50'000;
@@ -679,7 +707,7 @@ ScriptCall turn_call(std::string_view sha, std::string_view prefix, const limite
     call.args = {"EVALSHA",
                  std::string(sha),
                  "1",
-                 std::string(prefix).append(charge.key),
+                 keys.key(charge),
                  leave ? "leave" : "turn",
                  time_arg(now_us),
                  std::string(lease) + ":" + std::to_string(ticket) + "|" + place_units(charge),

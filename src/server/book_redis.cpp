@@ -97,6 +97,9 @@ RedisKeeper::RedisKeeper(net::any_io_executor ex, const redis::StoreOptions& opt
         connection_->set_vetting(redis::expect_master(handshake.size() - 1));
         options.sentinels->follow(connection_);
         sentinels_ = options.sentinels;
+    } else if (options.cluster) {
+        // The book's keys share one hash tag: one slot, on whichever master serves it.
+        options.cluster->follow(connection_, redis::key_slot(key("version")));
     } else {
         connection_->start();
     }

@@ -39,7 +39,8 @@ redis::StoreEvents redis_metrics(metrics::Registry& registry) {
     return events;
 }
 
-/// The store's options; in mode sentinel with sentinels of their own, asked from `home`'s loop.
+/// The store's options; in mode sentinel with sentinels of their own, in mode cluster with the
+/// slot map, each asked from `home`'s loop.
 redis::StoreOptions redis_options(const config::GatewayConfig& config, Worker& home) {
     const auto& rc = config.store.redis;
     auto options = redis::options_from_env(rc);
@@ -54,6 +55,14 @@ redis::StoreOptions redis_options(const config::GatewayConfig& config, Worker& h
         options.sentinels = std::make_shared<redis::Sentinels>(home.ioc.get_executor(), std::move(sentinels), rc.master,
                                                                master, std::move(login), options.tls);
         options.sentinels->start();
+    } else if (rc.mode == config::RedisMode::cluster) {
+        auto seed = redis::Endpoint::parse(rc.url);
+        std::vector<redis::Endpoint> seeds;
+        for (const auto& node : rc.nodes) seeds.push_back(seed.at(node));
+        if (seeds.empty()) seeds.push_back(seed);
+        // The store starts it, once it listens for the map's changes.
+        options.cluster = std::make_shared<redis::Cluster>(home.ioc.get_executor(), std::move(seeds),
+                                                           redis::login_commands(options, seed), options.tls);
     }
     options.leases = config.store.leases;
     return options;

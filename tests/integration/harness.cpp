@@ -463,7 +463,7 @@ const char* k_redis_server = "/usr/bin/redis-server";
 bool RedisServer::available() { return ::access(k_redis_server, X_OK) == 0; }
 
 RedisServer::RedisServer(std::vector<std::string> extra, std::optional<Tls> tls)
-    : port_(free_port()), extra_(std::move(extra)), tls_(std::move(tls)) {
+    : port_(free_port()), plain_port_(free_port()), extra_(std::move(extra)), tls_(std::move(tls)) {
     // As for the gateway: a port from free_port() can be taken before redis-server binds it.
     for (int attempt = 1;; ++attempt) {
         try {
@@ -472,6 +472,7 @@ RedisServer::RedisServer(std::vector<std::string> extra, std::optional<Tls> tls)
         } catch (const std::runtime_error& e) {
             if (attempt == 5 || std::string(e.what()).find("Address already in use") == std::string::npos) throw;
             port_ = free_port();
+            plain_port_ = free_port();
         }
     }
 }
@@ -484,8 +485,9 @@ void RedisServer::start() {
     std::vector<std::string> args{
         k_redis_server, "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save",   "",
         "--appendonly", "no",     "--daemonize",         "no",     "--dir",     dir_.path()};
-    if (tls_) {  // the TLS port only: a plain connection must not reach it
-        args[2] = "0";
+    if (tls_) {  // TLS on port(): a plain connection must not reach it
+        // A plain port of its own, for the test's own questions (commands()).
+        args[2] = std::to_string(plain_port_);
         std::vector<std::string> tls{
             "--tls-port", std::to_string(port_), "--tls-cert-file", tls_->cert,           "--tls-key-file",
             tls_->key,    "--tls-ca-cert-file",  tls_->ca,          "--tls-auth-clients", "no"};
@@ -543,7 +545,7 @@ std::string resp_commands(unsigned short port, const std::vector<std::vector<std
 }  // namespace
 
 std::string RedisServer::commands(const std::vector<std::vector<std::string>>& list) const {
-    return resp_commands(port_, list);
+    return resp_commands(tls_ ? plain_port_ : port_, list);
 }
 
 RedisSentinel::RedisSentinel(const std::string& name, unsigned short master_port, std::optional<RedisServer::Tls> tls)
@@ -583,6 +585,69 @@ unsigned short RedisSentinel::master_port(const std::string& name) const {
     auto end = in.rfind("\r\n");
     auto start = in.rfind('\n', end - 1) + 1;
     return static_cast<unsigned short>(std::atoi(in.substr(start, end - start).c_str()));
+}
+
+RedisCluster::RedisCluster(unsigned masters, std::optional<RedisServer::Tls> tls) : tls_(std::move(tls)) {
+    for (unsigned i = 0; i < masters; ++i) {
+        std::vector<std::string> extra{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                                       "--cluster-node-timeout", "2000",
+                                       // Its bus port, which would otherwise be port + 10000 (past 65535 for some).
+                                       "--cluster-port", std::to_string(free_port())};
+        if (tls_) extra.insert(extra.end(), {"--tls-cluster", "yes"});
+        nodes_.push_back(std::make_unique<RedisServer>(extra, tls_));
+    }
+    std::string addresses;
+    for (const auto& n : nodes_) addresses += " 127.0.0.1:" + std::to_string(n->port());
+    auto created = cli("--cluster create" + addresses + " --cluster-replicas 0 --cluster-yes");
+    if (!ready()) throw std::runtime_error("the redis cluster did not come up: " + created);
+}
+
+std::string RedisCluster::cli(const std::string& arguments) const {
+    std::string tls;
+    if (tls_) tls = " --tls --cacert " + tls_->ca;
+    return capture("redis-cli" + tls + " " + arguments + " 2>&1");
+}
+
+std::string RedisCluster::seeds() const {
+    std::string list;
+    for (const auto& n : nodes_)
+        list += (list.empty() ? "\"127.0.0.1:" : ", \"127.0.0.1:") + std::to_string(n->port()) + "\"";
+    return "[" + list + "]";
+}
+
+bool RedisCluster::ready() const {
+    auto deadline = clock_type::now() + 30s;
+    for (;;) {
+        bool all = true;
+        std::string first;
+        for (const auto& n : nodes_) {
+            auto info = n->command({"CLUSTER", "INFO"});
+            auto slots = n->command({"CLUSTER", "SLOTS"});
+            if (info.find("cluster_state:ok") == std::string::npos || (!first.empty() && slots != first)) all = false;
+            if (first.empty()) first = slots;
+        }
+        if (all) return true;
+        if (clock_type::now() > deadline) return false;
+        std::this_thread::sleep_for(100ms);
+    }
+}
+
+std::size_t RedisCluster::owner_of(const std::string& key) const {
+    // Only its master answers a read of it; the others redirect (MOVED).
+    for (std::size_t i = 0; i < nodes_.size(); ++i)
+        if (nodes_[i]->command({"EXISTS", key}).starts_with(":")) return i;
+    return nodes_.size();
+}
+
+std::string RedisCluster::id(std::size_t i) const {
+    auto reply = nodes_[i]->command({"CLUSTER", "MYID"});  // $40\r\n<id>\r\n
+    auto start = reply.find("\r\n") + 2;
+    return reply.substr(start, reply.find("\r\n", start) - start);
+}
+
+std::string RedisCluster::reshard(std::size_t from, std::size_t to, unsigned slots) const {
+    return cli("--cluster reshard 127.0.0.1:" + std::to_string(nodes_[from]->port()) + " --cluster-from " + id(from) +
+               " --cluster-to " + id(to) + " --cluster-slots " + std::to_string(slots) + " --cluster-yes");
 }
 
 bool GatewayUnderTest::wait_settled(double admitted, std::chrono::milliseconds timeout) const {

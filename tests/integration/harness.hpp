@@ -145,13 +145,15 @@ public:
     /// SIGSTOP / SIGCONT: connections stay open, nothing is answered.
     void pause();
     void resume();
-    /// Commands on one connection; returns the raw RESP replies ("" if it could not connect).
+    /// Commands on one connection (plain TCP, on a port of their own for a TLS server); returns
+    /// the raw RESP replies ("" if it could not connect).
     std::string command(const std::vector<std::string>& args) const { return commands({args}); }
     std::string commands(const std::vector<std::vector<std::string>>& list) const;
 
 private:
     TempDir dir_;  // declared first: removed only after the process has stopped
     unsigned short port_;
+    unsigned short plain_port_;  // with TLS: the test's own way in
     std::vector<std::string> extra_;
     std::optional<Tls> tls_;
     std::optional<Process> process_;
@@ -176,6 +178,30 @@ private:
     unsigned short port_;
     unsigned short tls_port_ = 0;
     std::optional<Process> process_;
+};
+
+/// A Redis Cluster of the test's own: `masters` cluster-enabled redis-servers (no replicas) on
+/// free loopback ports, the 16384 slots shared out by `redis-cli --cluster create`.
+class RedisCluster {
+public:
+    explicit RedisCluster(unsigned masters = 3, std::optional<RedisServer::Tls> tls = {});
+    RedisServer& node(std::size_t i) { return *nodes_[i]; }
+    std::size_t size() const { return nodes_.size(); }
+    /// store.redis.nodes as YAML: ["127.0.0.1:p1", ...].
+    std::string seeds() const;
+    /// Every node says cluster_state:ok and agrees on who serves each slot.
+    bool ready() const;
+    /// The node that serves `key` now (its slot's master), or size() if none says so.
+    std::size_t owner_of(const std::string& key) const;
+    /// `redis-cli --cluster reshard`: moves `slots` slots (the lowest first) from node `from`
+    /// to node `to`; redis-cli's output.
+    std::string reshard(std::size_t from, std::size_t to, unsigned slots) const;
+    std::string id(std::size_t i) const;
+
+private:
+    std::optional<RedisServer::Tls> tls_;
+    std::vector<std::unique_ptr<RedisServer>> nodes_;
+    std::string cli(const std::string& arguments) const;
 };
 
 std::string chat_body(const std::string& model, const std::string& content, int max_tokens, bool stream,

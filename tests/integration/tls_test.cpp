@@ -17,6 +17,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -540,6 +541,45 @@ TEST(Tls, SentinelModeSpeaksTlsToTheSentinelsAndTheMasterTheyName) {
     EXPECT_TRUE(gw.log_contains("redis 127.0.0.1:" + std::to_string(master.port()) + " connected (TLS)")) << gw.log();
     EXPECT_TRUE(gw.log_contains("redis 127.0.0.1:" + std::to_string(sentinels[0]->tls_port()) + " connected (TLS)"));
     // A clean exit: every connection and timer of sentinel mode closed before its event loop.
+    EXPECT_EQ(gw.gateway().stop(SIGTERM), 0) << gw.log();
+}
+
+TEST(Tls, ClusterModeSpeaksTlsToEveryMaster) {
+    REQUIRE_REDIS();
+    Certificates certs;
+    RedisCluster cluster(3, RedisServer::Tls{certs.path("first.pem"), certs.path("first.key"), certs.path("ca.pem")});
+    // Two tenants whose keys are on different masters.
+    std::vector<std::string> tenants;
+    std::set<std::size_t> owners;
+    for (int i = 0; tenants.size() < 2; ++i) {
+        auto name = "t" + std::to_string(i);
+        auto owner = cluster.owner_of("{tgc:t:" + name + "}tenant:requests:" + name);
+        if (owner < cluster.size() && owners.insert(owner).second) tenants.push_back(name);
+    }
+    std::string config =
+        "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
+        "tiers:\n  hourly:\n    limits:\n"
+        "      - { name: requests, algorithm: token_bucket, capacity: 3, rate: 3/h }\n"
+        "tenants:\n";
+    for (const auto& t : tenants) config += "  - { id: " + t + ", tier: hourly, keys: [\"k-" + t + "\"] }\n";
+    config +=
+        "store:\n  backend: redis\n  redis:\n    mode: cluster\n    prefix: \"tgc:\"\n    nodes: " + cluster.seeds() +
+        "\n    url: \"rediss:///0\"\n    tls: { ca_file: " + certs.path("ca.pem") + " }\n    on_error: fail_closed\n";
+    GatewayUnderTest gw(config);
+    for (const auto& t : tenants) {
+        std::vector<int> statuses;
+        for (auto deadline = steady::now() + 10s; steady::now() < deadline && statuses.size() < 5;) {
+            auto r = gw.request(Request{
+                "POST", "/v1/chat/completions", {{"Authorization", "Bearer k-" + t}}, chat_body("m", "hi", 1, false)});
+            if (r.status == 503) std::this_thread::sleep_for(50ms);  // until the slot map is known
+            else statuses.push_back(r.status);
+        }
+        EXPECT_EQ(statuses, (std::vector<int>{200, 200, 200, 429, 429})) << t << "\n" << gw.log();
+    }
+    for (std::size_t i : owners)
+        EXPECT_TRUE(gw.log_contains("redis 127.0.0.1:" + std::to_string(cluster.node(i).port()) + " connected (TLS)"))
+            << gw.log();
+    // A clean exit: every connection and timer of cluster mode closed before its event loop.
     EXPECT_EQ(gw.gateway().stop(SIGTERM), 0) << gw.log();
 }
 

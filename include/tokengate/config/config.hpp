@@ -22,7 +22,7 @@ enum class Rounding { floor, ceil };
 enum class StoreBackend { memory, redis };
 enum class OnStoreError { fail_open, fail_closed, local };
 /// store.redis.mode (SPEC §18): one server, or a master the sentinels name.
-enum class RedisMode { standalone, sentinel };
+enum class RedisMode { standalone, sentinel, cluster };
 
 const char* to_string(Level level);
 const char* to_string(Algorithm algorithm);
@@ -283,7 +283,8 @@ struct RedisConfig {
     bool tls_enabled = false;  // a rediss:// URL
     ClientTlsConfig tls;
     RedisMode mode = RedisMode::standalone;
-    /// sentinel: the sentinels, "host:port" each; the url gives only the scheme and the db.
+    /// sentinel: the sentinels; cluster: seed nodes (else the url's). "host:port" each; the url
+    /// then gives only the scheme and the db.
     std::vector<std::string> nodes;
     std::string master;  // the name the sentinels monitor it by
     /// Settlements are sent in one call per worker this often (0: each at once).

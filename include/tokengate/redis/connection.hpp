@@ -33,7 +33,8 @@ struct Reply {
     bool is_error() const { return type == Type::error; }
 };
 
-enum class CallError { none, disconnected, timeout, unavailable };
+/// skipped: not sent, the master's circuit breaker is open.
+enum class CallError { none, disconnected, timeout, unavailable, skipped };
 
 struct Result {
     CallError error = CallError::none;

@@ -15,8 +15,10 @@
 #include "tokengate/core/clock.hpp"
 #include "tokengate/limiter/decision.hpp"
 #include "tokengate/redis/breaker.hpp"
+#include "tokengate/redis/cluster.hpp"
 #include "tokengate/redis/connection.hpp"
 #include "tokengate/redis/lease_book.hpp"
+#include "tokengate/redis/script.hpp"
 #include "tokengate/redis/sentinel.hpp"
 #include "tokengate/store/local_store.hpp"
 
@@ -31,6 +33,10 @@ struct StoreOptions {
     /// mode sentinel: where the master is (started by the caller, stopped with the store).
     /// Settlements then count as written once a replica has them too (WAIT).
     std::shared_ptr<Sentinels> sentinels;
+    /// mode cluster: which master serves each slot (not yet started: the store starts it, and
+    /// stops it with itself). A tenant's keys then carry its hash tag, and each master has its own
+    /// connections, batches and breaker.
+    std::shared_ptr<Cluster> cluster;
     /// store.leases: route, IP and global rate limits decided here against leases (SPEC §18).
     std::optional<config::LeaseConfig> leases;
     /// Tests only: send this clock's time to the script instead of using Redis TIME.
@@ -136,13 +142,26 @@ public:
     /// Whether any connection of any thread is ready.
     bool connected() const { return ready_connections_.load() > 0; }
     unsigned live_replicas() const { return live_replicas_.load(std::memory_order_relaxed); }
-    bool breaker_open() const { return breaker_.open(); }
+    /// Whether any master's breaker is open.
+    bool breaker_open() const { return open_breakers_.load() > 0; }
+    /// A redirection a cluster node answered and the store followed (tests count them).
+    std::size_t redirects_followed() const { return redirects_.load(); }
 
 private:
+    struct Node;
+    struct Shard;
     struct Client;
     Client* client_here();
     Client* any_client();
-    Connection* pick(Client& client);
+    /// The master with that lasting index (0 unless in mode cluster), made when first named.
+    Node& node(std::size_t index);
+    /// This worker's connections to a master, opened when first needed.
+    Shard& shard_of(Client& client, std::size_t index);
+    /// mode cluster: the masters `map` names that `client` has no connections to yet.
+    void open_shards(Client& client, const Cluster::Map& map);
+    /// Where a call goes: the master of its first key's slot (mode cluster), else the one.
+    std::optional<std::size_t> route(std::span<const std::string> args) const;
+    static Connection* pick(Shard& shard);
     /// Wall-clock time for quota windows: the fake clock in tests, else the gateway's.
     core::Nanos quota_now() const;
     double script_now_us() const;
@@ -176,18 +195,18 @@ private:
     /// k_batch_max wait. In mode sentinel the batch goes on the client's own connection, then
     /// WAIT 1, so a failover does not lose a settlement Redis acknowledged.
     void send_settlement(Client& client, std::vector<std::string> args);
-    void flush_settlements(Client& client);
+    void flush_settlements(Client& client, Shard& shard);
     struct SettleBatch;
-    void send_batch(Client& client, Connection& connection, std::shared_ptr<SettleBatch> batch);
-    void batch_answered(Client& client, const std::shared_ptr<SettleBatch>& batch, std::optional<Result> confirmation);
+    void send_batch(Client& client, Shard& shard, Connection& connection, std::shared_ptr<SettleBatch> batch);
+    void batch_answered(Client& client, Shard& shard, const std::shared_ptr<SettleBatch>& batch,
+                        std::optional<Result> confirmation);
     /// mode sentinel: what a master's ROLE said of its replicas.
     void note_replicas(const Reply& role);
-    std::shared_ptr<Connection> open_connection(Client& client, const std::vector<std::vector<std::string>>& handshake,
-                                                bool counts_as_ready);
+    std::shared_ptr<Connection> open_connection(Client& client, Shard& shard, bool counts_as_ready);
     void keep_for_retry(Client& client, std::vector<std::string> args);
     void flush_retries(Client& client);
-    void note_failure(CallError error);
-    void note_success();
+    void note_failure(Node& node, CallError error);
+    void note_success(Node& node);
     void count_call(std::string_view result) {
         if (events_.call) events_.call(result);
     }
@@ -197,11 +216,16 @@ private:
     StoreOptions options_;
     const core::Clock& clock_;
     Endpoint endpoint_;
+    KeySpace keys_;
+    std::vector<std::vector<std::string>> handshake_;  // every data connection's
     std::string replica_id_;
     std::atomic<std::uint64_t> lease_counter_{0};
     store::MemoryStore local_;
-    CircuitBreaker breaker_;
-    std::atomic<bool> healthy_{true};
+    mutable std::mutex nodes_mutex_;
+    std::vector<std::unique_ptr<Node>> nodes_;
+    std::atomic<unsigned> open_breakers_{0};
+    std::atomic<unsigned> unhealthy_nodes_{0};
+    std::atomic<std::size_t> redirects_{0};
     std::atomic<unsigned> live_replicas_{1};
     std::atomic<bool> stopping_{false};
     std::uint64_t id_;  // tells this store's per-thread clients from another's

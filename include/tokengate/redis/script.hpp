@@ -20,6 +20,23 @@ std::string_view limiter_script();
 /// Shortest text that reads back as the same double (Lua's tonumber).
 std::string number_text(double value);
 
+/// Where a charge's state lives in Redis: `<prefix><bucket key>` (SPEC §10), or in mode cluster
+/// under a hash tag (SPEC §18): a tenant's keys `{<prefix>t:<tenant>}<bucket key>`, so its whole
+/// decision is one slot; a limit shared by tenants (leased) `{<prefix><bucket key>}`, a slot of
+/// its own. Keys the script derives from one (a queue's ":t") keep its tag.
+struct KeySpace {
+    std::string_view prefix;
+    bool cluster = false;
+    /// A quota's key also names its window.
+    std::string key(const limiter::Charge& charge, const core::CalendarWindow& window = {}) const;
+    /// The marker that applies a settlement once, in the slot of `charge`'s key.
+    std::string marker(const limiter::Charge& charge, std::string_view lease) const;
+    std::string replicas() const;
+
+private:
+    std::string tag(const limiter::Charge& charge) const;
+};
+
 /// The arguments of one EVALSHA (or EVAL) call: name is the script's SHA1 or its text.
 struct ScriptCall {
     std::vector<std::string> args;  // EVALSHA sha numkeys keys... argv...
@@ -30,33 +47,36 @@ std::vector<core::CalendarWindow> quota_windows(std::span<const limiter::Charge>
 
 /// EVALSHA for a decision over `charges` (op "decide" or "peek"). `now_us` < 0: Redis TIME.
 /// Quotas are decided in `windows` (quota_windows at the gateway's `unix_now`).
-ScriptCall decide_call(std::string_view sha, std::string_view prefix, std::span<const limiter::Charge> charges,
+ScriptCall decide_call(std::string_view sha, const KeySpace& keys, std::span<const limiter::Charge> charges,
                        std::span<const core::CalendarWindow> windows, core::Nanos unix_now, bool commit,
                        std::string_view lease, double lease_ms, double now_us);
 /// EVALSHA settling the charges that need it (none: no call, empty args); a quota in the
 /// window it was charged in.
-ScriptCall settle_call(std::string_view sha, std::string_view prefix, std::span<const limiter::Charge> charged,
+ScriptCall settle_call(std::string_view sha, const KeySpace& keys, std::span<const limiter::Charge> charged,
                        const config::Amounts& actual, std::string_view lease, double now_us);
 /// One EVALSHA applying `settlements` (each a settle_call's arguments) in order: what a
 /// replica sends every store.redis.flush_interval instead of a call each.
-ScriptCall settle_batch_call(std::string_view sha, std::span<const std::vector<std::string>> settlements);
+/// `declared` false (mode cluster): the keys go as arguments, since declared keys must share a
+/// slot and a batch holds one shard's many; Redis checks each as the script touches it.
+ScriptCall settle_batch_call(std::string_view sha, std::span<const std::vector<std::string>> settlements,
+                             bool declared = true);
 /// EVALSHA taking a lease of `charge`'s shared rate bucket (SPEC §18): up to charge.amount,
 /// nothing unless `least` is there. Its reply: parse_lease.
-ScriptCall lease_call(std::string_view sha, std::string_view prefix, const limiter::Charge& charge, double least,
+ScriptCall lease_call(std::string_view sha, const KeySpace& keys, const limiter::Charge& charge, double least,
                       double now_us);
 /// {granted, the shared bucket's level after}, or nothing if malformed.
 std::optional<std::pair<double, double>> parse_lease(const Reply& reply);
 /// A settlement giving `unused.amount` back to the shared bucket (a debt when below zero),
 /// applied once under `marker`.
-ScriptCall lease_return_call(std::string_view sha, std::string_view prefix, const limiter::Charge& unused,
+ScriptCall lease_return_call(std::string_view sha, const KeySpace& keys, const limiter::Charge& unused,
                              std::string_view marker, double now_us);
 /// EVALSHA for the admin API: a quota's top-up (`add`), `reset`, and its state after them.
-ScriptCall quota_call(std::string_view sha, std::string_view prefix, const limiter::Charge& charge,
+ScriptCall quota_call(std::string_view sha, const KeySpace& keys, const limiter::Charge& charge,
                       const core::CalendarWindow& window, core::Nanos unix_now, double add, bool reset);
 /// The reply of quota_call (the window is the caller's).
 std::optional<limiter::QuotaState> parse_quota(const Reply& reply);
 /// EVALSHA announcing this replica; the reply is the number of live replicas.
-ScriptCall heartbeat_call(std::string_view sha, std::string_view prefix, std::string_view replica, double ttl_ms,
+ScriptCall heartbeat_call(std::string_view sha, const KeySpace& keys, std::string_view replica, double ttl_ms,
                           double now_us);
 
 /// Reads a decide/peek reply into a Decision parallel to `charges` (resolve() applied); on a
@@ -66,8 +86,8 @@ std::optional<limiter::Decision> parse_decision(const Reply& reply, std::span<co
 
 /// EVALSHA for a waiter in a ranked shaping queue ('p'): whether its place (`ticket` of the
 /// decision's `lease`) has come, or (`leave`) giving it back.
-ScriptCall turn_call(std::string_view sha, std::string_view prefix, const limiter::Charge& charge,
-                     std::string_view lease, std::uint64_t ticket, bool leave, double now_us);
+ScriptCall turn_call(std::string_view sha, const KeySpace& keys, const limiter::Charge& charge, std::string_view lease,
+                     std::uint64_t ticket, bool leave, double now_us);
 /// The reply of turn_call, with `now` the gateway's clock for wait_until; nothing if malformed.
 std::optional<limiter::ShapeQueue::StartCheck> parse_turn(const Reply& reply, core::Nanos now);
 

@@ -102,7 +102,7 @@ TEST(ScriptCalls, SettleOnlyWhatSettlementChanges) {
     std::vector<limiter::Charge> charged = {{&requests, config::Level::tenant, "tenant:requests:a", 1, {}},
                                             {&tokens, config::Level::tenant, "tenant:tokens:a", 40, {}},
                                             {&slots, config::Level::global, "global:slots:*", 1, {}}};
-    auto call = settle_call("sha", "tg:", charged, config::Amounts{25}, "lease1", -1);
+    auto call = settle_call("sha", KeySpace{"tg:"}, charged, config::Amounts{25}, "lease1", -1);
     // EVALSHA sha 2 keys... settle now lease marker, then 4 per key.
     ASSERT_EQ(call.args.size(), 3u + 2 + 4 + 8);
     EXPECT_EQ(call.args[2], "2");
@@ -112,7 +112,8 @@ TEST(ScriptCalls, SettleOnlyWhatSettlementChanges) {
     EXPECT_EQ(call.args[12], "-15");  // 25 actual - 40 reserved
     EXPECT_EQ(call.args[16], "1");    // the lease's amount, as decide wrote it
     // Nothing to settle: no call at all.
-    EXPECT_TRUE(settle_call("sha", "tg:", std::span(charged).first(1), config::Amounts{25}, "l", -1).args.empty());
+    EXPECT_TRUE(
+        settle_call("sha", KeySpace{"tg:"}, std::span(charged).first(1), config::Amounts{25}, "l", -1).args.empty());
 }
 
 TEST(MemoryStoreShare, StandsInWithEachLimitDividedAndFull) {
