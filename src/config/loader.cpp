@@ -124,6 +124,17 @@ public:
         return *d;
     }
 
+    /// A duration where 0 means "not at all" (written `0` or `0ms`).
+    core::Nanos duration_or_zero(const YAML::Node& node, std::string_view what) const {
+        auto text = scalar(node, what);
+        if (text == "0") return 0;
+        auto d = parse_duration(text);
+        if (!d || *d < 0)
+            fail(node,
+                 std::string(what) + ": invalid duration '" + node.Scalar() + "' (use e.g. 250ms, 10s, 5m, or 0)");
+        return *d;
+    }
+
     double rate(const YAML::Node& node, std::string_view what) const {
         auto r = parse_rate(scalar(node, what));
         if (!r)
@@ -406,7 +417,7 @@ struct Loader {
             if (rd["prefix"]) c.prefix = r.scalar(rd["prefix"], "store.redis.prefix");
             if (rd["timeout"]) c.timeout = r.duration(rd["timeout"], "store.redis.timeout");
             if (rd["flush_interval"]) {
-                c.flush_interval = r.duration(rd["flush_interval"], "store.redis.flush_interval");
+                c.flush_interval = r.duration_or_zero(rd["flush_interval"], "store.redis.flush_interval");
                 if (c.flush_interval > core::k_nanos_per_second)
                     r.fail(rd["flush_interval"], "store.redis.flush_interval must be at most 1s");
             }

@@ -225,3 +225,31 @@ TEST(GlobMatch, Patterns) {
 
 }  // namespace
 }  // namespace tokengate::config
+
+namespace tokengate::config {
+namespace {
+
+TEST(ConfigLoader, RedisModesAndAFlushIntervalOfZero) {
+    const std::string base = R"(
+upstreams: [ { name: up, url: "http://127.0.0.1:8000" } ]
+routes: [ { path: /v1/chat/completions, upstreams: [up] } ]
+ip_limits: [ { name: per-ip, algorithm: token_bucket, capacity: 10, rate: 1/s } ]
+tenants: [ { id: a, keys: ["k"] } ]
+store:
+  backend: redis
+  leases: { fraction: 0.1 }
+)";
+    auto load = [](const std::string& text) { return load_config_text(text, "inline.yaml"); };
+    auto cluster = load(base + "  redis: { mode: cluster, nodes: [ \"10.0.0.1:7000\" ], flush_interval: 0 }\n");
+    EXPECT_EQ(cluster->store.redis.mode, RedisMode::cluster);
+    EXPECT_EQ(cluster->store.redis.nodes, std::vector<std::string>{"10.0.0.1:7000"});
+    EXPECT_EQ(cluster->store.redis.flush_interval, 0);
+    // No seeds: the url's host is the one.
+    auto seeded_by_url = load(base + "  redis: { mode: cluster, url: \"redis://10.0.0.2:7000\" }\n");
+    EXPECT_TRUE(seeded_by_url->store.redis.nodes.empty());
+    EXPECT_EQ(load(base + "  redis: { flush_interval: 0ms }\n")->store.redis.flush_interval, 0);
+    EXPECT_THROW(load(base + "  redis: { flush_interval: -1ms }\n"), ConfigError);
+}
+
+}  // namespace
+}  // namespace tokengate::config
