@@ -120,6 +120,7 @@ struct RedisStore::Shard {
     std::optional<net::steady_timer> flush_timer;
     bool flush_armed = false;
     bool batch_in_flight = false;
+    bool connected_once = false;  // until then a call waits for it (a master just met), within timeout
     // mode sentinel: batches and their WAIT, which blocks its connection, away from decisions.
     std::shared_ptr<Connection> settler;
 };
@@ -246,8 +247,10 @@ std::shared_ptr<Connection> RedisStore::open_connection(Client& client, Shard& s
         client.ex, shard.node->endpoint, handshake_,
         [this, raw, counts_as_ready](bool ready, const std::vector<Reply>& replies) {
             if (ready && !replies.empty() && replies.back().type == Reply::Type::string) raw->sha = replies.back().str;
-            if (ready) raw->node->breaker.probe_now();
-            else if (options_.sentinels) options_.sentinels->ask_again();
+            if (ready) {
+                raw->connected_once = true;
+                raw->node->breaker.probe_now();
+            } else if (options_.sentinels) options_.sentinels->ask_again();
             else if (options_.cluster) options_.cluster->ask_again();  // a master gone: who serves its slots?
             if (!counts_as_ready) return;
             if (ready) ++ready_connections_;
@@ -374,6 +377,14 @@ net::awaitable<Result> RedisStore::call(Client& c, std::vector<std::string> args
         if (as_text || shard.sha.empty()) as_eval(args);
         else args[1] = shard.sha;
         auto* conn = pick(shard);
+        // A master met just now (a redirection, or a slot moved to a new one): its connections
+        // are on their way.
+        for (net::steady_timer pause(c.ex);
+             !conn && (attempt > 0 || !shard.connected_once) && std::chrono::steady_clock::now() < give_up;) {
+            pause.expires_after(std::chrono::milliseconds(2));
+            co_await pause.async_wait(k_use);
+            conn = pick(shard);
+        }
         if (!conn) {
             node.breaker.record(false);
             note_failure(node, CallError::unavailable);

@@ -587,15 +587,22 @@ unsigned short RedisSentinel::master_port(const std::string& name) const {
     return static_cast<unsigned short>(std::atoi(in.substr(start, end - start).c_str()));
 }
 
+namespace {
+
+std::vector<std::string> cluster_node_args(bool tls) {
+    std::vector<std::string> extra{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                                   "--cluster-node-timeout", "2000",
+                                   // Its bus port, which would otherwise be port + 10000 (past 65535 for some).
+                                   "--cluster-port", std::to_string(free_port())};
+    if (tls) extra.insert(extra.end(), {"--tls-cluster", "yes"});
+    return extra;
+}
+
+}  // namespace
+
 RedisCluster::RedisCluster(unsigned masters, std::optional<RedisServer::Tls> tls) : tls_(std::move(tls)) {
-    for (unsigned i = 0; i < masters; ++i) {
-        std::vector<std::string> extra{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                                       "--cluster-node-timeout", "2000",
-                                       // Its bus port, which would otherwise be port + 10000 (past 65535 for some).
-                                       "--cluster-port", std::to_string(free_port())};
-        if (tls_) extra.insert(extra.end(), {"--tls-cluster", "yes"});
-        nodes_.push_back(std::make_unique<RedisServer>(extra, tls_));
-    }
+    for (unsigned i = 0; i < masters; ++i)
+        nodes_.push_back(std::make_unique<RedisServer>(cluster_node_args(tls_.has_value()), tls_));
     std::string addresses;
     for (const auto& n : nodes_) addresses += " 127.0.0.1:" + std::to_string(n->port());
     auto created = cli("--cluster create" + addresses + " --cluster-replicas 0 --cluster-yes");
@@ -643,6 +650,14 @@ std::string RedisCluster::id(std::size_t i) const {
     auto reply = nodes_[i]->command({"CLUSTER", "MYID"});  // $40\r\n<id>\r\n
     auto start = reply.find("\r\n") + 2;
     return reply.substr(start, reply.find("\r\n", start) - start);
+}
+
+std::size_t RedisCluster::add_master() {
+    nodes_.push_back(std::make_unique<RedisServer>(cluster_node_args(tls_.has_value()), tls_));
+    auto added = cli("--cluster add-node 127.0.0.1:" + std::to_string(nodes_.back()->port()) +
+                     " 127.0.0.1:" + std::to_string(nodes_.front()->port()));
+    if (!ready()) throw std::runtime_error("the new master did not join: " + added);
+    return nodes_.size() - 1;
 }
 
 std::string RedisCluster::reshard(std::size_t from, std::size_t to, unsigned slots) const {

@@ -196,6 +196,8 @@ public:
     /// `redis-cli --cluster reshard`: moves `slots` slots (the lowest first) from node `from`
     /// to node `to`; redis-cli's output.
     std::string reshard(std::size_t from, std::size_t to, unsigned slots) const;
+    /// A new master with no slots (`redis-cli --cluster add-node`); its index.
+    std::size_t add_master();
     std::string id(std::size_t i) const;
 
 private:

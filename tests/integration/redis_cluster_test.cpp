@@ -286,13 +286,16 @@ TEST(RedisCluster, AReshardUnderLoadCostsNoClientAnError) {
                 ++statuses[status];
             }
         });
+    // A master joins, empty, and takes 400 slots of node 0's, the tenant's among them: the
+    // gateway meets it first in a redirection.
     std::this_thread::sleep_for(500ms);
-    auto output = cluster.reshard(0, 1, 400);
+    auto added = cluster.add_master();
+    auto output = cluster.reshard(0, added, 400);
     std::this_thread::sleep_for(1s);
     stop = true;
     for (auto& c : clients) c.join();
 
-    EXPECT_EQ(cluster.owner_of(key), 1u) << output;
+    EXPECT_EQ(cluster.owner_of(key), added) << output;
     EXPECT_EQ(failed, 0) << "statuses: " << [&] {
         std::string s;
         for (auto [status, n] : statuses) s += std::to_string(status) + "×" + std::to_string(n) + " ";
@@ -304,8 +307,38 @@ TEST(RedisCluster, AReshardUnderLoadCostsNoClientAnError) {
     auto last = chat(gw, tenant);
     ASSERT_EQ(last.status, 200);
     EXPECT_EQ(remaining(last), 100000 - admitted - 1);
-    std::cout << admitted << " admitted while 400 slots moved; redirections: " << calls(gw, "moved") << " MOVED, "
-              << calls(gw, "ask") << " ASK, " << calls(gw, "tryagain") << " TRYAGAIN\n";
+    std::cout << admitted
+              << " admitted while a new master joined and took 400 slots; redirections: " << calls(gw, "moved")
+              << " MOVED, " << calls(gw, "ask") << " ASK, " << calls(gw, "tryagain") << " TRYAGAIN\n";
+}
+
+TEST(RedisCluster, KeysMadeAtRunTimeAreKeptOnTheBooksMasterForEveryReplica) {
+    REQUIRE_REDIS();
+    RedisCluster cluster;
+    auto config = cluster_config(cluster, {"acme"},
+                                 "      - { name: hourly, algorithm: token_bucket, capacity: 100, rate: 100/h }\n");
+    GatewayUnderTest a(config), b(config);
+    ASSERT_EQ(a.admin(Request{"POST", "/admin/tenants", {}, R"({"id": "initech", "tier": "t"})"}).status, 201)
+        << a.log();
+    auto made = a.admin(Request{"POST", "/admin/tenants/initech/keys", {}, R"({"name": "shared"})"});
+    ASSERT_EQ(made.status, 201) << made.body;
+    auto at = made.body.find("\"key\":\"");
+    ASSERT_NE(at, std::string::npos) << made.body;
+    auto secret = made.body.substr(at + 7, made.body.find('"', at + 7) - at - 7);
+    auto with = [&](const GatewayUnderTest& gw) {
+        return gw
+            .request(Request{"POST",
+                             "/v1/chat/completions",
+                             {{"Authorization", "Bearer " + secret}},
+                             chat_body("m", "hi", 1, false)})
+            .status;
+    };
+    EXPECT_EQ(with(a), 200);
+    EXPECT_TRUE(wait_for([&] { return with(b) == 200; }, 5s)) << b.log();
+    // One slot for the whole book, on the master that serves it.
+    auto owner = cluster.owner_of("tgc:{auth}:keys");
+    ASSERT_LT(owner, cluster.size());
+    EXPECT_EQ(cluster.node(owner).command({"HLEN", "tgc:{auth}:keys"}), ":1\r\n");
 }
 
 TEST(RedisCluster, AMasterDownRefusesOnlyTheTenantsItServes) {

@@ -98,11 +98,14 @@ TEST(RedisLeases, ALeasedLimitsRefusalChargesNothingInRedis) {
     EXPECT_LE(tenant, 98.5);
 }
 
-TEST(RedisLeases, FourGatewaysStayWithinALeasedGlobalLimit) {
-    REQUIRE_REDIS();
-    RedisServer redis;
-    // 100 at once and 20/s for the whole fleet, leased 5 at a time.
-    const double capacity = 100, rate = 20, lease = 5;
+struct FleetRun {
+    int admitted = 0, refused = 0, other = 0;
+    double seconds = 0;
+};
+
+/// 4 gateways sharing the global limit `gpu` (100 at once, 20/s, leased 5 at a time), 8
+/// clients over them for `length`, each waiting `pause` between its requests.
+FleetRun run_fleet(const RedisServer& redis, std::chrono::seconds length, std::chrono::milliseconds pause) {
     std::string config =
         "routes:\n  - { path: /v1/chat/completions, upstreams: [mock] }\n"
         "global_limits: [ { name: gpu, algorithm: token_bucket, capacity: 100, rate: 20/s } ]\n"
@@ -110,8 +113,7 @@ TEST(RedisLeases, FourGatewaysStayWithinALeasedGlobalLimit) {
         store(redis, "0.05");
     std::vector<std::unique_ptr<GatewayUnderTest>> fleet;
     for (int i = 0; i < 4; ++i) fleet.push_back(std::make_unique<GatewayUnderTest>(config));
-    ASSERT_EQ(redis.command({"CONFIG", "RESETSTAT"}), "+OK\r\n");
-
+    redis.command({"CONFIG", "RESETSTAT"});
     std::atomic<int> admitted{0}, refused{0}, other{0};
     std::atomic<bool> stop{false};
     std::vector<std::thread> clients;
@@ -123,19 +125,43 @@ TEST(RedisLeases, FourGatewaysStayWithinALeasedGlobalLimit) {
                 if (status == 200) ++admitted;
                 else if (status == 429) ++refused;
                 else ++other;
+                if (pause.count() > 0) std::this_thread::sleep_for(pause);
             }
         });
-    std::this_thread::sleep_for(6s);
+    std::this_thread::sleep_for(length);
     stop = true;
     for (auto& c : clients) c.join();
-    double seconds = std::chrono::duration<double>(steady::now() - started).count();
+    return {admitted, refused, other, std::chrono::duration<double>(steady::now() - started).count()};
+}
 
+TEST(RedisLeases, FourGatewaysStayWithinALeasedGlobalLimitForSixtySeconds) {
+    REQUIRE_REDIS();
+    RedisServer redis;
+    // SPEC §18's minute: ~1,600 requests a second offered (paced, so the machine stays calm
+    // for the tests beside this one), 20 a second allowed.
+    auto run = run_fleet(redis, 60s, 5ms);
+    double allowed = 100 + 20 * run.seconds, outstanding = 4 * 1.5 * 5;
+    std::cout << run.admitted << " admitted, " << run.refused << " refused over " << run.seconds
+              << " s; the limit allowed " << allowed << "\n";
+    EXPECT_EQ(run.other, 0);
+    EXPECT_GT(run.refused, 10 * run.admitted);
+    EXPECT_LE(run.admitted, allowed + 1);
+    EXPECT_GE(run.admitted, allowed - outstanding - 0.01 * allowed);
+}
+
+TEST(RedisLeases, FourGatewaysStayWithinALeasedGlobalLimit) {
+    REQUIRE_REDIS();
+    RedisServer redis;
+    // As fast as 8 clients go.
+    auto run = run_fleet(redis, 6s, 0ms);
+    const double lease = 5;
+    double seconds = run.seconds, admitted = run.admitted, refused = run.refused;
     // What the bucket allows over the run; what the fleet can hold unused at its end is each
     // replica's lease, renewed below half (1.5 leases).
-    double allowed = capacity + rate * seconds, outstanding = 4 * 1.5 * lease;
+    double allowed = 100 + 20 * seconds, outstanding = 4 * 1.5 * lease;
     std::cout << admitted << " admitted, " << refused << " refused over " << seconds << " s; the limit allowed "
               << allowed << "\n";
-    EXPECT_EQ(other, 0);
+    EXPECT_EQ(run.other, 0);
     EXPECT_GT(refused, 100);
     EXPECT_LE(admitted, allowed + 1);
     EXPECT_GE(admitted, allowed - outstanding - 0.01 * allowed);
