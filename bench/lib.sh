@@ -17,3 +17,45 @@ ulimit -n 65536 || true
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_port() { for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 did not open" >&2; exit 1; }
+
+# nginx answering every request with one fixed chat completion, whose usage differs from what
+# the gateway reserves (so every request also settles); sets static_port. The Redis benches' upstream.
+start_static_completion() {
+  static_port=$(port)
+  local completion='{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"llama3-8b","choices":[{"index":0,"message":{"role":"assistant","content":"The quick brown fox."},"finish_reason":"stop"}],"usage":{"prompt_tokens":180,"completion_tokens":120,"total_tokens":300}}'
+  cat > "$work/nginx.conf" <<CONF
+worker_processes 1;
+pid $work/nginx.pid;
+error_log $work/error.log warn;
+events { worker_connections 16384; }
+http {
+  access_log off;
+  client_body_temp_path $work; proxy_temp_path $work; fastcgi_temp_path $work; uwsgi_temp_path $work; scgi_temp_path $work;
+  keepalive_requests 1000000;
+  server { listen 127.0.0.1:$static_port; location / { default_type application/json; return 200 '$completion'; } }
+}
+CONF
+  nginx -c "$work/nginx.conf" -g 'daemon off;' & pids+=($!)
+  wait_port "$static_port"
+}
+
+# The Redis benches' gateway config up to its store (YAML on stdout): listening on $1 with $2
+# workers, 100 tenants with a requests and a cost token bucket (and $3: more tier limit lines),
+# a route, an IP and a global limit.
+bench_limits_config() {
+  echo "server: { listen: 127.0.0.1:$1, threads: $2, max_connections: 100000 }"
+  echo "admin: { enabled: false }"
+  echo "upstreams: [ { name: backend, url: \"http://127.0.0.1:$static_port\", max_connections: 256 } ]"
+  echo "routes:"
+  echo "  - { path: /v1/chat/completions, upstreams: [backend], limits: [ { name: route-rps, algorithm: token_bucket, capacity: 1000000, rate: 1000000/s } ] }"
+  echo "tiers:"
+  echo "  standard:"
+  echo "    limits:"
+  echo "      - { name: requests, algorithm: token_bucket, capacity: 1000000, rate: 1000000/s }"
+  echo "      - { name: tokens, algorithm: token_bucket, capacity: 10000000, rate: 10000000/s, unit: cost }"
+  [ -z "${3:-}" ] || echo "$3"
+  echo "tenants:"
+  for i in $(seq 100); do echo "  - { id: t$i, tier: standard, keys: [ \"bench-key-$i\" ] }"; done
+  echo "ip_limits: [ { name: per-ip, algorithm: token_bucket, capacity: 100000000, rate: 100000000/s } ]"
+  echo "global_limits: [ { name: gpu, algorithm: leaky_bucket, mode: police, capacity: 1000000000, rate: 1000000000/s, unit: cost } ]"
+}

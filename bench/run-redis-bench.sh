@@ -17,23 +17,10 @@ cd "$(dirname "$0")/.."
 secs=${1:-8}
 source bench/lib.sh tokengate-redis-bench redis-server
 
-static_port=$(port); redis_port=$(port)
-completion='{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"llama3-8b","choices":[{"index":0,"message":{"role":"assistant","content":"The quick brown fox."},"finish_reason":"stop"}],"usage":{"prompt_tokens":180,"completion_tokens":120,"total_tokens":300}}'
-cat > "$work/nginx.conf" <<CONF
-worker_processes 1;
-pid $work/nginx.pid;
-error_log $work/error.log warn;
-events { worker_connections 16384; }
-http {
-  access_log off;
-  client_body_temp_path $work; proxy_temp_path $work; fastcgi_temp_path $work; uwsgi_temp_path $work; scgi_temp_path $work;
-  keepalive_requests 1000000;
-  server { listen 127.0.0.1:$static_port; location / { default_type application/json; return 200 '$completion'; } }
-}
-CONF
-nginx -c "$work/nginx.conf" -g 'daemon off;' & pids+=($!)
+start_static_completion
+redis_port=$(port)
 redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no > "$work/redis.log" 2>&1 & pids+=($!)
-wait_port "$static_port"; wait_port "$redis_port"
+wait_port "$redis_port"
 redis() { redis-cli -p "$redis_port" "$@"; }
 redis_cpu() { redis INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user):/{n+=$2} END{print n+0}'; }
 script_calls() { redis INFO commandstats | tr -d '\r' | awk -F'[=,:]' '/^cmdstat_eval(sha)?:/{n+=$3} END{print n+0}'; }
@@ -43,23 +30,10 @@ start_tokengate() {  # name workers store
   local name=$1 workers=$2 store=$3 p; p=$(port)
   mkdir -p "$work/$name"
   {
-    echo "server: { listen: 127.0.0.1:$p, threads: $workers, max_connections: 100000 }"
-    echo "admin: { enabled: false }"
-    echo "upstreams: [ { name: backend, url: \"http://127.0.0.1:$static_port\", max_connections: 256 } ]"
-    echo "routes:"
-    echo "  - { path: /v1/chat/completions, upstreams: [backend], limits: [ { name: route-rps, algorithm: token_bucket, capacity: 1000000, rate: 1000000/s } ] }"
-    echo "tiers:"
-    echo "  standard:"
-    echo "    limits:"
-    echo "      - { name: requests, algorithm: token_bucket, capacity: 1000000, rate: 1000000/s }"
-    echo "      - { name: tokens, algorithm: token_bucket, capacity: 10000000, rate: 10000000/s, unit: cost }"
-    if [ "$store" = redis+quota ]; then
-      echo "      - { name: daily-tokens, algorithm: quota, period: day, limit: 1000000G, unit: tokens }"
-    fi
-    echo "tenants:"
-    for i in $(seq 100); do echo "  - { id: t$i, tier: standard, keys: [ \"bench-key-$i\" ] }"; done
-    echo "ip_limits: [ { name: per-ip, algorithm: token_bucket, capacity: 100000000, rate: 100000000/s } ]"
-    echo "global_limits: [ { name: gpu, algorithm: leaky_bucket, mode: police, capacity: 1000000000, rate: 1000000000/s, unit: cost } ]"
+    local quota=""
+    # The Lua script's own cost: a daily token quota more for every tenant.
+    [ "$store" = redis+quota ] && quota="      - { name: daily-tokens, algorithm: quota, period: day, limit: 1000000G, unit: tokens }"
+    bench_limits_config "$p" "$workers" "$quota"
     echo "log: { access: $work/$name/access.log, level: warn }"
     if [ "$store" != memory ]; then
       echo "store:"

@@ -14,22 +14,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-8}
 source bench/lib.sh tokengate-cluster-bench redis-server redis-tools
 
-static_port=$(port)
-completion='{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"llama3-8b","choices":[{"index":0,"message":{"role":"assistant","content":"The quick brown fox."},"finish_reason":"stop"}],"usage":{"prompt_tokens":180,"completion_tokens":120,"total_tokens":300}}'
-cat > "$work/nginx.conf" <<CONF
-worker_processes 1;
-pid $work/nginx.pid;
-error_log $work/error.log warn;
-events { worker_connections 16384; }
-http {
-  access_log off;
-  client_body_temp_path $work; proxy_temp_path $work; fastcgi_temp_path $work; uwsgi_temp_path $work; scgi_temp_path $work;
-  keepalive_requests 1000000;
-  server { listen 127.0.0.1:$static_port; location / { default_type application/json; return 200 '$completion'; } }
-}
-CONF
-nginx -c "$work/nginx.conf" -g 'daemon off;' & pids+=($!)
-wait_port "$static_port"
+start_static_completion
 
 node_ports=()
 start_cluster() {  # masters
@@ -67,20 +52,7 @@ start_tokengate() {  # name store [nodes]
   local name=$1 store=$2 nodes=${3:-} p; p=$(port)
   mkdir -p "$work/$name"
   {
-    echo "server: { listen: 127.0.0.1:$p, threads: 2, max_connections: 100000 }"
-    echo "admin: { enabled: false }"
-    echo "upstreams: [ { name: backend, url: \"http://127.0.0.1:$static_port\", max_connections: 256 } ]"
-    echo "routes:"
-    echo "  - { path: /v1/chat/completions, upstreams: [backend], limits: [ { name: route-rps, algorithm: token_bucket, capacity: 1000000, rate: 1000000/s } ] }"
-    echo "tiers:"
-    echo "  standard:"
-    echo "    limits:"
-    echo "      - { name: requests, algorithm: token_bucket, capacity: 1000000, rate: 1000000/s }"
-    echo "      - { name: tokens, algorithm: token_bucket, capacity: 10000000, rate: 10000000/s, unit: cost }"
-    echo "tenants:"
-    for i in $(seq 100); do echo "  - { id: t$i, tier: standard, keys: [ \"bench-key-$i\" ] }"; done
-    echo "ip_limits: [ { name: per-ip, algorithm: token_bucket, capacity: 100000000, rate: 100000000/s } ]"
-    echo "global_limits: [ { name: gpu, algorithm: leaky_bucket, mode: police, capacity: 1000000000, rate: 1000000000/s, unit: cost } ]"
+    bench_limits_config "$p" 2
     echo "log: { access: $work/$name/access.log, level: warn }"
     if [ "$store" = cluster ]; then
       echo "store:"

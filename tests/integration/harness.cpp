@@ -593,7 +593,9 @@ std::vector<std::string> cluster_node_args(bool tls) {
     std::vector<std::string> extra{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                                    "--cluster-node-timeout", "2000",
                                    // Its bus port, which would otherwise be port + 10000 (past 65535 for some).
-                                   "--cluster-port", std::to_string(free_port())};
+                                   "--cluster-port", std::to_string(free_port()),
+                                   // A master lost is its slots' outage only, not every slot's.
+                                   "--cluster-require-full-coverage", "no"};
     if (tls) extra.insert(extra.end(), {"--tls-cluster", "yes"});
     return extra;
 }
@@ -630,7 +632,11 @@ bool RedisCluster::ready() const {
         for (const auto& n : nodes_) {
             auto info = n->command({"CLUSTER", "INFO"});
             auto slots = n->command({"CLUSTER", "SLOTS"});
-            if (info.find("cluster_state:ok") == std::string::npos || (!first.empty() && slots != first)) all = false;
+            // Every node knows every other (a node just added joins by gossip).
+            auto known = "cluster_known_nodes:" + std::to_string(nodes_.size()) + "\r\n";
+            if (info.find("cluster_state:ok") == std::string::npos || info.find(known) == std::string::npos ||
+                (!first.empty() && slots != first))
+                all = false;
             if (first.empty()) first = slots;
         }
         if (all) return true;

@@ -181,7 +181,8 @@ private:
 };
 
 /// A Redis Cluster of the test's own: `masters` cluster-enabled redis-servers (no replicas) on
-/// free loopback ports, the 16384 slots shared out by `redis-cli --cluster create`.
+/// free loopback ports, the 16384 slots shared out by `redis-cli --cluster create`; a master
+/// lost stops only its own slots (cluster-require-full-coverage no).
 class RedisCluster {
 public:
     explicit RedisCluster(unsigned masters = 3, std::optional<RedisServer::Tls> tls = {});
