@@ -592,7 +592,7 @@ void RedisStore::release_leases() {
 void RedisStore::return_leases(bool everything) {
     if (!leases_) return;
     for (auto& unused : leases_->expire(everything)) {
-        submit(lease_return_call("", keys_, unused.charge, keys_.marker(unused.charge, next_lease()), script_now_us())
+        submit(lease_return_call("", keys_, unused.charge, keys_.marker(unused.charge), script_now_us())
                    .args);
     }
 }
@@ -768,6 +768,7 @@ void RedisStore::flush_settlements(Client& c, Shard& shard) {
     batch->settlements.assign(std::make_move_iterator(shard.unsent.begin()),
                               std::make_move_iterator(shard.unsent.begin() + static_cast<std::ptrdiff_t>(n)));
     shard.unsent.erase(shard.unsent.begin(), shard.unsent.begin() + static_cast<std::ptrdiff_t>(n));
+    seal_markers(batch->settlements, next_lease(), options_.cluster != nullptr);
     send_batch(c, shard, *conn, std::move(batch));
 }
 

@@ -17,6 +17,7 @@
 
 #include "harness.hpp"
 #include "tokengate/core/saturate.hpp"
+#include "tokengate/redis/script.hpp"
 #include "tokengate/redis/redis_store.hpp"
 #include "tokengate/store/memory_store.hpp"
 
@@ -396,6 +397,46 @@ TEST(RedisStore, ASettlementThatCannotReachRedisIsRetriedWhenItIsBack) {
     EXPECT_TRUE(f.run(true, charges).allowed) << "the slot was released on Redis";
 }
 
+TEST(RedisStore, ABatchAppliesEachMarkersSettlementsOnceAllOrNone) {
+    REQUIRE_REDIS();
+    RedisServer redis;
+    auto tokens = spec("tokens", Algorithm::token_bucket, 1000, 0.001, config::Unit::cost);
+    auto acme = charge(tokens, Level::tenant, "acme", 0);
+    // A settlement of `used` more than reserved: lease_return_call gives back -used.
+    auto settlement = [&](double used) {
+        acme.amount = -used;
+        return redis::lease_return_call("", redis::KeySpace{"tg:"}, acme, redis::KeySpace{"tg:"}.marker(acme), -1).args;
+    };
+    auto level = [&] {
+        auto v = redis.command({"GET", "tg:tenant:tokens:acme"});
+        return v.substr(v.find("\r\n") + 2, v.find(' ') - v.find("\r\n") - 2);
+    };
+    auto send = [&](std::vector<std::vector<std::string>> batch, std::string_view id) {
+        redis::seal_markers(batch, id, false);
+        auto args = redis::settle_batch_call("", batch).args;
+        redis::as_eval(args);
+        return redis.command(args);
+    };
+    // 300 more used, in two settlements under B1's one marker.
+    ASSERT_EQ(send({settlement(100), settlement(200)}, "B1"), ":1\r\n");
+    auto after_b1 = level();
+    auto debt = [&](const std::string& tat) { return std::stod(tat); };
+    // Both applied: 300 units at 0.001/s put the bucket 3e11 us past Redis's now.
+    auto time = redis.command({"TIME"});  // *2 $10 <seconds> ...
+    auto seconds = std::stod(time.substr(time.find("\r\n", time.find('$')) + 2, 10));
+    EXPECT_NEAR(debt(after_b1) - seconds * 1e6, 3e11, 5e6);
+    // B1 sent again (its reply lost): nothing more. With a new one beside it in B2, only that.
+    auto b1 = std::vector{settlement(100), settlement(200)};
+    redis::seal_markers(b1, "B1", false);
+    auto b2 = b1;
+    b2.push_back(settlement(50));
+    ASSERT_EQ(send(b1, "B9"), ":1\r\n");
+    EXPECT_EQ(level(), after_b1);
+    ASSERT_EQ(send(b2, "B2"), ":1\r\n");
+    // 50 units at 0.001/s is 50,000 s of time at the bucket: 5e10 us more, once.
+    EXPECT_NEAR(debt(level()) - debt(after_b1), 5e10, 1e7);
+}
+
 TEST(RedisStore, SettlementsGoInOneCallPerFlushInterval) {
     REQUIRE_REDIS();
     RedisServer redis;
@@ -420,6 +461,8 @@ TEST(RedisStore, SettlementsGoInOneCallPerFlushInterval) {
     EXPECT_EQ(f.calls["ok"] - calls_before, 2);
     auto stats = redis.command({"INFO", "commandstats"});
     EXPECT_NE(stats.find("cmdstat_evalsha:calls=2,"), std::string::npos) << stats;
+    // One marker per batch, not one per settlement: the keys Redis keeps for two minutes.
+    EXPECT_EQ(redis.command({"EVAL", "return #redis.call('KEYS', ARGV[1])", "0", "tg:settled:*"}), ":2\r\n");
     // Every slot back, every refund made: 100000 - 300 * 40 = 88000 left.
     auto d = f.run(false, charges);
     EXPECT_TRUE(d.allowed);

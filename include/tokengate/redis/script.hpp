@@ -29,13 +29,17 @@ struct KeySpace {
     bool cluster = false;
     /// A quota's key also names its window.
     std::string key(const limiter::Charge& charge, const core::CalendarWindow& window = {}) const;
-    /// The marker that applies a settlement once, in the slot of `charge`'s key.
-    std::string marker(const limiter::Charge& charge, std::string_view lease) const;
+    /// The marker that applies a settlement once, in the slot of `charge`'s key: unsealed
+    /// (it ends in k_marker) until seal_markers names the batch that first carries it.
+    std::string marker(const limiter::Charge& charge) const;
     std::string replicas() const;
 
 private:
     std::string tag(const limiter::Charge& charge) const;
 };
+
+/// How a settlement's marker ends until seal_markers gives it its batch.
+inline constexpr std::string_view k_marker = "settled:";
 
 /// The arguments of one EVALSHA (or EVAL) call: name is the script's SHA1 or its text.
 struct ScriptCall {
@@ -51,7 +55,8 @@ ScriptCall decide_call(std::string_view sha, const KeySpace& keys, std::span<con
                        std::span<const core::CalendarWindow> windows, core::Nanos unix_now, bool commit,
                        std::string_view lease, double lease_ms, double now_us);
 /// EVALSHA settling the charges that need it (none: no call, empty args); a quota in the
-/// window it was charged in.
+/// window it was charged in. Its marker is unsealed: it goes to Redis in a batch
+/// (seal_markers, settle_batch_call).
 ScriptCall settle_call(std::string_view sha, const KeySpace& keys, std::span<const limiter::Charge> charged,
                        const config::Amounts& actual, std::string_view lease, double now_us);
 /// One EVALSHA applying `settlements` (each a settle_call's arguments) in order: what a
@@ -60,6 +65,12 @@ ScriptCall settle_call(std::string_view sha, const KeySpace& keys, std::span<con
 /// slot and a batch holds one shard's many; Redis checks each as the script touches it.
 ScriptCall settle_batch_call(std::string_view sha, std::span<const std::vector<std::string>> settlements,
                              bool declared = true);
+/// Gives the settlements a batch first carries that batch's marker (`batch`, unique to this
+/// replica), so that the batch costs Redis one marker per hash tag, not one per settlement;
+/// those sent again keep the marker of their first batch, which is how the script knows they
+/// landed. `group` (mode cluster) puts each marker's settlements together, in their order: a
+/// batch that a moved slot stops has applied each marker's settlements all or none.
+void seal_markers(std::vector<std::vector<std::string>>& settlements, std::string_view batch, bool group);
 /// EVALSHA taking a lease of `charge`'s shared rate bucket (SPEC §18): up to charge.amount,
 /// nothing unless `least` is there. Its reply: parse_lease.
 ScriptCall lease_call(std::string_view sha, const KeySpace& keys, const limiter::Charge& charge, double least,

@@ -120,19 +120,19 @@ TEST(KeySpace, ATenantsKeysShareItsSlotAndSharedLimitsHaveTheirOwn) {
     KeySpace standalone{"tg:"};
     EXPECT_EQ(standalone.key(tenant), "tg:tenant:rpm:acme");
     EXPECT_EQ(standalone.key(monthly, window), "tg:tenant:monthly:acme:1700000000");
-    EXPECT_EQ(standalone.marker(tenant, "L1"), "tg:settled:L1");
+    EXPECT_EQ(standalone.marker(tenant), "tg:settled:");
     EXPECT_EQ(standalone.key(global), "tg:global:rpm:");
 
     KeySpace cluster{"tg:", true};
     EXPECT_EQ(cluster.key(tenant), "{tg:t:acme}tenant:rpm:acme");
     EXPECT_EQ(cluster.key(monthly, window), "{tg:t:acme}tenant:monthly:acme:1700000000");
-    EXPECT_EQ(cluster.marker(tenant, "L1"), "{tg:t:acme}settled:L1");
+    EXPECT_EQ(cluster.marker(tenant), "{tg:t:acme}settled:");
     EXPECT_EQ(cluster.key(global), "{tg:global:rpm:}");
-    EXPECT_EQ(cluster.marker(global, "L2"), "{tg:global:rpm:}settled:L2");
+    EXPECT_EQ(cluster.marker(global), "{tg:global:rpm:}settled:");
     auto slot = key_slot(cluster.key(tenant));
     EXPECT_EQ(key_slot(cluster.key(monthly, window)), slot);
-    EXPECT_EQ(key_slot(cluster.marker(tenant, "L1")), slot);
-    EXPECT_EQ(key_slot(cluster.key(global)), key_slot(cluster.marker(global, "L2")));
+    EXPECT_EQ(key_slot(cluster.marker(tenant) + "B1"), slot);
+    EXPECT_EQ(key_slot(cluster.key(global)), key_slot(cluster.marker(global) + "B1"));
 }
 
 TEST(KeySpace, AClusterBatchNamesItsKeysAsArguments) {
@@ -148,6 +148,39 @@ TEST(KeySpace, AClusterBatchNamesItsKeysAsArguments) {
         "EVALSHA", "sha", "0", "settle_batch", "",  "2",  "{tg:t:a}k1", "{tg:t:b}k2", "1", "L1", "{tg:t:a}settled:L1",
         "r",       "10",  "1", "-2",           "1", "L2", "",           "c",          "4", "0",  "1"};
     EXPECT_EQ(cluster, expected);
+}
+
+TEST(KeySpace, ABatchSealsItsNewSettlementsWithOneMarkerPerTag) {
+    auto settlement = [](std::string key, std::string marker, std::string now) {
+        return std::vector<std::string>{"EVALSHA", "s", "1", key, "settle", now, "L", marker, "r", "10", "1", "-2"};
+    };
+    std::vector<std::vector<std::string>> batch{
+        settlement("{tg:t:b}k", "{tg:t:b}settled:", "5"),
+        settlement("{tg:t:a}k", "{tg:t:a}settled:B0", "7"),  // sent before, in batch B0: keeps it
+        settlement("{tg:t:c}k", "", "6"),                     // a release only: no marker
+        settlement("{tg:t:a}k", "{tg:t:a}settled:", "2"),
+        settlement("{tg:t:b}k", "{tg:t:b}settled:", "3")};
+    auto flat = batch;
+    seal_markers(flat, "B1", false);
+    std::vector<std::string> markers;
+    for (const auto& s : flat) markers.push_back(s[7]);
+    EXPECT_EQ(markers, (std::vector<std::string>{"{tg:t:b}settled:B1", "{tg:t:a}settled:B0", "", "{tg:t:a}settled:B1",
+                                                 "{tg:t:b}settled:B1"}));
+    // Sealing again changes nothing: a retried batch keeps its markers.
+    auto again = flat;
+    seal_markers(again, "B2", false);
+    EXPECT_EQ(again, flat);
+
+    // In a cluster, each marker's settlements side by side, in the order they came.
+    seal_markers(batch, "B1", true);
+    markers.clear();
+    std::vector<std::string> times;
+    for (const auto& s : batch) markers.push_back(s[7]), times.push_back(s[5]);
+    EXPECT_EQ(markers, (std::vector<std::string>{"", "{tg:t:a}settled:B0", "{tg:t:a}settled:B1", "{tg:t:b}settled:B1",
+                                                 "{tg:t:b}settled:B1"}));
+    EXPECT_EQ(times, (std::vector<std::string>{"6", "7", "2", "5", "3"}));
+    // One time for the batch: the latest of them, wherever it is.
+    EXPECT_EQ(settle_batch_call("sha", batch, false).args[4], "7");
 }
 
 }  // namespace
