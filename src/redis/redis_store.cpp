@@ -592,8 +592,7 @@ void RedisStore::release_leases() {
 void RedisStore::return_leases(bool everything) {
     if (!leases_) return;
     for (auto& unused : leases_->expire(everything)) {
-        submit(lease_return_call("", keys_, unused.charge, keys_.marker(unused.charge), script_now_us())
-                   .args);
+        submit(lease_return_call("", keys_, unused.charge, keys_.marker(unused.charge), script_now_us()).args);
     }
 }
 

@@ -17,8 +17,8 @@
 
 #include "harness.hpp"
 #include "tokengate/core/saturate.hpp"
-#include "tokengate/redis/script.hpp"
 #include "tokengate/redis/redis_store.hpp"
+#include "tokengate/redis/script.hpp"
 #include "tokengate/store/memory_store.hpp"
 
 namespace tokengate::testing {

@@ -157,9 +157,8 @@ TEST(KeySpace, ABatchSealsItsNewSettlementsWithOneMarkerPerTag) {
     std::vector<std::vector<std::string>> batch{
         settlement("{tg:t:b}k", "{tg:t:b}settled:", "5"),
         settlement("{tg:t:a}k", "{tg:t:a}settled:B0", "7"),  // sent before, in batch B0: keeps it
-        settlement("{tg:t:c}k", "", "6"),                     // a release only: no marker
-        settlement("{tg:t:a}k", "{tg:t:a}settled:", "2"),
-        settlement("{tg:t:b}k", "{tg:t:b}settled:", "3")};
+        settlement("{tg:t:c}k", "", "6"),                    // a release only: no marker
+        settlement("{tg:t:a}k", "{tg:t:a}settled:", "2"), settlement("{tg:t:b}k", "{tg:t:b}settled:", "3")};
     auto flat = batch;
     seal_markers(flat, "B1", false);
     std::vector<std::string> markers;

@@ -109,8 +109,8 @@ TEST(ScriptCalls, SettleOnlyWhatSettlementChanges) {
     EXPECT_EQ(call.args[3], "tg:tenant:tokens:a");
     EXPECT_EQ(call.args[4], "tg:global:slots:*");
     EXPECT_EQ(call.args[8], "tg:settled:");  // sealed by the batch that first carries it
-    EXPECT_EQ(call.args[12], "-15");  // 25 actual - 40 reserved
-    EXPECT_EQ(call.args[16], "1");    // the lease's amount, as decide wrote it
+    EXPECT_EQ(call.args[12], "-15");         // 25 actual - 40 reserved
+    EXPECT_EQ(call.args[16], "1");           // the lease's amount, as decide wrote it
     // Nothing to settle: no call at all.
     EXPECT_TRUE(
         settle_call("sha", KeySpace{"tg:"}, std::span(charged).first(1), config::Amounts{25}, "l", -1).args.empty());
@@ -164,8 +164,17 @@ TEST(RedisScript, MalformedDecisionRepliesAreValuesNotExceptions) {
     bad_number.elements[3] = text("4x");
     auto disagreeing = good;
     disagreeing.elements[1] = integer(0);
+    // A whole number may come as an integer (the script skips formatting it).
+    auto whole = good;
+    whole.elements[3] = integer(41);
+    whole.elements[7] = integer(5);
+    d = parse_decision(whole, charges, error);
+    ASSERT_TRUE(d) << error;
+    EXPECT_EQ(d->statuses[0].verdict.remaining, 41);
+    EXPECT_EQ(d->statuses[0].quota_added, 5);
+
     auto bad_top_up = good;
-    bad_top_up.elements[7] = integer(5);  // a quota's top-ups come as a number string
+    bad_top_up.elements[7] = Reply{};  // nil
     for (const auto& bad : {short_reply, bad_number, disagreeing, bad_top_up, text("OK")}) {
         error.clear();
         EXPECT_FALSE(parse_decision(bad, charges, error));
