@@ -103,6 +103,8 @@ local function settle(keys, k, a, n)
   if marker ~= '' then
     local first = marked[marker]
     if first == nil then
+      -- Unsealed (no batch named): every settlement would share it, and all but the first be lost.
+      if string.sub(marker, -8) == 'settled:' then error('unsealed settlement marker ' .. marker) end
       first = redis.call('SET', marker, 1, 'NX', 'PX', 120000) and true or false
       marked[marker] = first
     end

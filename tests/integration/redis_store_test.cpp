@@ -417,6 +417,12 @@ TEST(RedisStore, ABatchAppliesEachMarkersSettlementsOnceAllOrNone) {
         redis::as_eval(args);
         return redis.command(args);
     };
+    // A batch not sealed is refused whole, before it writes anything.
+    std::vector<std::vector<std::string>> not_sealed{settlement(100)};
+    auto unsealed = redis::settle_batch_call("", not_sealed).args;
+    redis::as_eval(unsealed);
+    EXPECT_NE(redis.command(unsealed).find("unsealed settlement marker"), std::string::npos);
+    EXPECT_EQ(redis.command({"EXISTS", "tg:tenant:tokens:acme"}), ":0\r\n");
     // 300 more used, in two settlements under B1's one marker.
     ASSERT_EQ(send({settlement(100), settlement(200)}, "B1"), ":1\r\n");
     auto after_b1 = level();
