@@ -187,8 +187,6 @@ if op == 'quota' then
   return {num(tonumber(v[1] or '0')), num(tonumber(v[2] or '0'))}
 end
 
--- decide / peek: every limit is checked first; only if every enforced one admits is any charged.
-local lease, lease_ms = ARGV[3], tonumber(ARGV[4])
 local FOREVER = 4611686018427387904
 local function dur(x)
   x = math.floor(x * 1000 + 0.5)
@@ -256,174 +254,197 @@ if op == 'turn' or op == 'leave' then
   return {0, dur(start - now)}
 end
 
-local out = {math.floor(now + 0.5), 1}
-local state = {}
-local allowed = true
-for i, key in ipairs(KEYS) do
-  local b = 5 + (i - 1) * 8
-  local kind, cap_s, rate_s = ARGV[b], ARGV[b + 1], ARGV[b + 2]
-  local cap, rate, amount = tonumber(cap_s), tonumber(rate_s), tonumber(ARGV[b + 3])
-  local enforce = ARGV[b + 4] == '1'
-  local admitted, remaining, until_full, retry, wait, extra = false, 0, 0, 0, 0, 0
-  local s = {kind = kind, cap_s = cap_s, rate_s = rate_s, tat = false, admitted = false}  -- sized once
-  if kind == 'q' then
-    -- A calendar quota: a hash {u = used, a = top-ups} under a key naming its window, which
-    -- the gateway computed in its time zone; ARGV[b + 5] is the microseconds left in it.
-    local v = redis.call('HMGET', key, 'u', 'a')
-    local used, added = tonumber(v[1] or '0'), tonumber(v[2] or '0')
-    local allowance = cap + added
-    local slack = 1e-9 * math.max(1, allowance)
-    local left = tonumber(ARGV[b + 5])
-    until_full = left
-    if not (amount <= allowance + slack) then
-      retry = -1
-    elseif used + amount <= allowance + slack then
-      admitted = true
-    else
-      retry = left
-    end
-    remaining = allowance - used - (admitted and amount or 0)
-    extra = added
-    s.left = left
-  elseif kind == 'r' then
-    local tat = load_rate(key, cap_s, rate_s, tonumber(ARGV[b + 5]))
-    local tau = cap * 1e6 / rate
-    local base = math.max(tat, now)
-    -- Relative to now: at 1e15 units and 1e-3/s, tau is 1e24 us, where (now + tau) - now
-    -- would lose the comparison to rounding.
-    local after = (base - now) + amount * 1e6 / rate
-    local new_tat = base + amount * 1e6 / rate
-    -- More than the bucket can ever hold is refused before any time arithmetic, as in memory.
-    admitted = amount <= cap and after <= tau + EPS
-    if admitted then
-      until_full = after
-      remaining = cap - until_full * rate / 1e6
-    else
-      until_full = base - now
-      remaining = cap - math.max(0, tat - now) * rate / 1e6
-      if amount > cap then retry = -1 else retry = new_tat - tau - now end
-    end
-    s.tat = new_tat
-  elseif kind == 'c' then
-    local used = in_use(key)
-    admitted = used + amount <= cap + EPS
-    if admitted then remaining = cap - used - amount else remaining = cap - used end
-    if amount > cap then retry = -1 elseif not admitted then retry = 1e6 end
-  elseif kind == 'p' then
-    purge_places(key)
-    local next_free = tonumber(redis.call('GET', key) or '0')
-    local waiting = redis.call('ZCARD', key .. ':t')
-    local max_wait, units, class = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7])
-    local start = math.max(now, next_free)
-    s.next_free, s.class, s.units_s, s.max_wait = start + units * 1e6 / rate, class, ARGV[b + 6], max_wait
-    if units * 1e6 / rate > max_wait + EPS then
-      retry, remaining, until_full = -1, cap - waiting, start - now
-    elseif waiting == 0 and next_free <= now then
-      admitted, remaining = true, cap
-    else
-      -- Every place of its class or a higher one is ahead of it; a full queue gives it the
-      -- newest place of the lowest class below its own.
-      local ahead = units_before(key, (class + 1) * RANK)
-      local mine = start + ahead * 1e6 / rate
-      local victim
-      if waiting + 1 > cap then
-        local last = redis.call('ZRANGE', key .. ':t', -1, -1, 'WITHSCORES')
-        if last[1] and tonumber(last[2]) >= (class + 1) * RANK then victim = last[1] end
-      end
-      until_full = mine - now
-      if waiting + 1 > cap and not victim then
-        remaining = 0
-        retry = math.max(0.001, start - now)
-      elseif mine - now > max_wait + EPS then
-        remaining = cap - waiting
-        retry = mine - now - max_wait
-      else
+-- One decision (decide, peek): every limit is checked first; only if every enforced one admits
+-- is any charged (`commit`). Its keys are keys[k + 1 .. k + n]; ARGV[a] its lease, ARGV[a + 1]
+-- the lease's ms, then eight per key.
+local function decide(commit, keys, k, n, a)
+  local lease, lease_ms = ARGV[a], tonumber(ARGV[a + 1])
+  local out = {math.floor(now + 0.5), 1}
+  local state = {}
+  local allowed = true
+  for i = 1, n do
+    local key = keys[k + i]
+    local b = a + 2 + (i - 1) * 8
+    local kind, cap_s, rate_s = ARGV[b], ARGV[b + 1], ARGV[b + 2]
+    local cap, rate, amount = tonumber(cap_s), tonumber(rate_s), tonumber(ARGV[b + 3])
+    local enforce = ARGV[b + 4] == '1'
+    local admitted, remaining, until_full, retry, wait, extra = false, 0, 0, 0, 0, 0
+    local s = {kind = kind, cap_s = cap_s, rate_s = rate_s, tat = false, admitted = false}  -- sized once
+    if kind == 'q' then
+      -- A calendar quota: a hash {u = used, a = top-ups} under a key naming its window, which
+      -- the gateway computed in its time zone; ARGV[b + 5] is the microseconds left in it.
+      local v = redis.call('HMGET', key, 'u', 'a')
+      local used, added = tonumber(v[1] or '0'), tonumber(v[2] or '0')
+      local allowance = cap + added
+      local slack = 1e-9 * math.max(1, allowance)
+      local left = tonumber(ARGV[b + 5])
+      until_full = left
+      if not (amount <= allowance + slack) then
+        retry = -1
+      elseif used + amount <= allowance + slack then
         admitted = true
-        remaining = cap - waiting - (victim and 0 or 1)
-        wait, extra = mine - now, 1
-        s.victim, s.queued = victim, true
-      end
-    end
-  else
-    local qkey = key .. ':q'
-    local next_free = tonumber(redis.call('GET', key) or '0')
-    redis.call('ZREMRANGEBYSCORE', qkey, '-inf', now)
-    local waiting = redis.call('ZCARD', qkey)
-    local max_wait, units = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
-    local start = math.max(now, next_free)
-    if units * 1e6 / rate > max_wait + EPS then
-      -- unit: cost, a slot longer than max_wait: it would hold everyone behind it past theirs.
-      retry, remaining, until_full = -1, cap - waiting, start - now
-    elseif waiting == 0 and next_free <= now then
-      admitted, remaining = true, cap
-    else
-      until_full = start - now
-      if waiting + 1 > cap then
-        local head = redis.call('ZRANGE', qkey, 0, 0, 'WITHSCORES')
-        remaining = 0
-        retry = math.max(0.001, (tonumber(head[2]) or now) - now)
-      elseif start - now > max_wait + EPS then
-        remaining = cap - waiting
-        retry = start - now - max_wait
       else
-        admitted = true
-        remaining = cap - waiting - 1
-        wait = start - now
+        retry = left
       end
-    end
-    s.qkey, s.start, s.next_free = qkey, start, start + units * 1e6 / rate
-  end
-  if enforce and not admitted then allowed = false end
-  s.admitted = admitted
-  state[i] = s
-  -- Most verdicts have no retry, no wait and nothing extra: their zeros skip dur().
-  local n = 2 + (i - 1) * 6
-  out[n + 1] = admitted and 1 or 0
-  out[n + 2] = reply_num(remaining)
-  out[n + 3] = dur(until_full)
-  out[n + 4] = retry == 0 and 0 or dur(retry)
-  out[n + 5] = wait == 0 and 0 or dur(wait)
-  out[n + 6] = reply_num(extra)
-end
-if not allowed then out[2] = 0 end
-if op ~= 'decide' or not allowed then return out end
-for i, key in ipairs(KEYS) do
-  local s = state[i]
-  if s.admitted then
-    if s.kind == 'q' then
-      -- Kept a day past the window's end, for settlements still on their way.
-      redis.call('HINCRBYFLOAT', key, 'u', ARGV[5 + (i - 1) * 8 + 3])
-      redis.call('PEXPIRE', key, ms(s.left / 1000 + 86400000))
-    elseif s.kind == 'r' then
-      save_rate(key, s.tat, s.cap_s, s.rate_s)
-    elseif s.kind == 'c' then
-      redis.call('ZADD', key, now + lease_ms * 1000, lease .. '|' .. ARGV[5 + (i - 1) * 8 + 3])
-      redis.call('PEXPIRE', key, ms(lease_ms))
-    elseif s.kind == 'p' then
-      if s.queued then
-        if s.victim then
-          drop_place(key, s.victim)
-          redis.call('SADD', key .. ':d', place_ticket(s.victim))
+      remaining = allowance - used - (admitted and amount or 0)
+      extra = added
+      s.left = left
+    elseif kind == 'r' then
+      local tat = load_rate(key, cap_s, rate_s, tonumber(ARGV[b + 5]))
+      local tau = cap * 1e6 / rate
+      local base = math.max(tat, now)
+      -- Relative to now: at 1e15 units and 1e-3/s, tau is 1e24 us, where (now + tau) - now
+      -- would lose the comparison to rounding.
+      local after = (base - now) + amount * 1e6 / rate
+      local new_tat = base + amount * 1e6 / rate
+      -- More than the bucket can ever hold is refused before any time arithmetic, as in memory.
+      admitted = amount <= cap and after <= tau + EPS
+      if admitted then
+        until_full = after
+        remaining = cap - until_full * rate / 1e6
+      else
+        until_full = base - now
+        remaining = cap - math.max(0, tat - now) * rate / 1e6
+        if amount > cap then retry = -1 else retry = new_tat - tau - now end
+      end
+      s.tat = new_tat
+    elseif kind == 'c' then
+      local used = in_use(key)
+      admitted = used + amount <= cap + EPS
+      if admitted then remaining = cap - used - amount else remaining = cap - used end
+      if amount > cap then retry = -1 elseif not admitted then retry = 1e6 end
+    elseif kind == 'p' then
+      purge_places(key)
+      local next_free = tonumber(redis.call('GET', key) or '0')
+      local waiting = redis.call('ZCARD', key .. ':t')
+      local max_wait, units, class = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7])
+      local start = math.max(now, next_free)
+      s.next_free, s.class, s.units_s, s.max_wait = start + units * 1e6 / rate, class, ARGV[b + 6], max_wait
+      if units * 1e6 / rate > max_wait + EPS then
+        retry, remaining, until_full = -1, cap - waiting, start - now
+      elseif waiting == 0 and next_free <= now then
+        admitted, remaining = true, cap
+      else
+        -- Every place of its class or a higher one is ahead of it; a full queue gives it the
+        -- newest place of the lowest class below its own.
+        local ahead = units_before(key, (class + 1) * RANK)
+        local mine = start + ahead * 1e6 / rate
+        local victim
+        if waiting + 1 > cap then
+          local last = redis.call('ZRANGE', key .. ':t', -1, -1, 'WITHSCORES')
+          if last[1] and tonumber(last[2]) >= (class + 1) * RANK then victim = last[1] end
         end
-        local member = lease .. ':' .. i .. '|' .. s.units_s
-        redis.call('ZADD', key .. ':t', s.class * RANK + redis.call('INCR', key .. ':n'), member)
-        redis.call('ZADD', key .. ':h', now + HOLD, member)  -- its first ask is due within that
-        redis.call('HSET', key .. ':c', lease .. ':' .. i, num(now + s.max_wait))
-        keep_places(key, ms(s.max_wait / 1000 + 60000))
-      else
-        redis.call('SET', key, num(s.next_free), 'PX', ms((s.next_free - now) / 1000 + 1000))
+        until_full = mine - now
+        if waiting + 1 > cap and not victim then
+          remaining = 0
+          retry = math.max(0.001, start - now)
+        elseif mine - now > max_wait + EPS then
+          remaining = cap - waiting
+          retry = mine - now - max_wait
+        else
+          admitted = true
+          remaining = cap - waiting - (victim and 0 or 1)
+          wait, extra = mine - now, 1
+          s.victim, s.queued = victim, true
+        end
       end
     else
-      local ttl = ms((s.next_free - now) / 1000 + 1000)
-      redis.call('SET', key, num(s.next_free), 'PX', ttl)
-      if s.start > now then
-        redis.call('ZADD', s.qkey, s.start, lease .. ':' .. i)
-        redis.call('PEXPIRE', s.qkey, ttl)
+      local qkey = key .. ':q'
+      local next_free = tonumber(redis.call('GET', key) or '0')
+      redis.call('ZREMRANGEBYSCORE', qkey, '-inf', now)
+      local waiting = redis.call('ZCARD', qkey)
+      local max_wait, units = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
+      local start = math.max(now, next_free)
+      if units * 1e6 / rate > max_wait + EPS then
+        -- unit: cost, a slot longer than max_wait: it would hold everyone behind it past theirs.
+        retry, remaining, until_full = -1, cap - waiting, start - now
+      elseif waiting == 0 and next_free <= now then
+        admitted, remaining = true, cap
+      else
+        until_full = start - now
+        if waiting + 1 > cap then
+          local head = redis.call('ZRANGE', qkey, 0, 0, 'WITHSCORES')
+          remaining = 0
+          retry = math.max(0.001, (tonumber(head[2]) or now) - now)
+        elseif start - now > max_wait + EPS then
+          remaining = cap - waiting
+          retry = start - now - max_wait
+        else
+          admitted = true
+          remaining = cap - waiting - 1
+          wait = start - now
+        end
+      end
+      s.qkey, s.start, s.next_free = qkey, start, start + units * 1e6 / rate
+    end
+    if enforce and not admitted then allowed = false end
+    s.admitted = admitted
+    state[i] = s
+    -- Most verdicts have no retry, no wait and nothing extra: their zeros skip dur().
+    local n = 2 + (i - 1) * 6
+    out[n + 1] = admitted and 1 or 0
+    out[n + 2] = reply_num(remaining)
+    out[n + 3] = dur(until_full)
+    out[n + 4] = retry == 0 and 0 or dur(retry)
+    out[n + 5] = wait == 0 and 0 or dur(wait)
+    out[n + 6] = reply_num(extra)
+  end
+  if not allowed then out[2] = 0 end
+  if not commit or not allowed then return out end
+  for i = 1, n do
+    local key = keys[k + i]
+    local s = state[i]
+    if s.admitted then
+      if s.kind == 'q' then
+        -- Kept a day past the window's end, for settlements still on their way.
+        redis.call('HINCRBYFLOAT', key, 'u', ARGV[a + 2 + (i - 1) * 8 + 3])
+        redis.call('PEXPIRE', key, ms(s.left / 1000 + 86400000))
+      elseif s.kind == 'r' then
+        save_rate(key, s.tat, s.cap_s, s.rate_s)
+      elseif s.kind == 'c' then
+        redis.call('ZADD', key, now + lease_ms * 1000, lease .. '|' .. ARGV[a + 2 + (i - 1) * 8 + 3])
+        redis.call('PEXPIRE', key, ms(lease_ms))
+      elseif s.kind == 'p' then
+        if s.queued then
+          if s.victim then
+            drop_place(key, s.victim)
+            redis.call('SADD', key .. ':d', place_ticket(s.victim))
+          end
+          local member = lease .. ':' .. i .. '|' .. s.units_s
+          redis.call('ZADD', key .. ':t', s.class * RANK + redis.call('INCR', key .. ':n'), member)
+          redis.call('ZADD', key .. ':h', now + HOLD, member)  -- its first ask is due within that
+          redis.call('HSET', key .. ':c', lease .. ':' .. i, num(now + s.max_wait))
+          keep_places(key, ms(s.max_wait / 1000 + 60000))
+        else
+          redis.call('SET', key, num(s.next_free), 'PX', ms((s.next_free - now) / 1000 + 1000))
+        end
+      else
+        local ttl = ms((s.next_free - now) / 1000 + 1000)
+        redis.call('SET', key, num(s.next_free), 'PX', ttl)
+        if s.start > now then
+          redis.call('ZADD', s.qkey, s.start, lease .. ':' .. i)
+          redis.call('PEXPIRE', s.qkey, ttl)
+        end
       end
     end
   end
+  return out
 end
-return out
+
+-- Decisions that a worker had at once, in one call (SPEC §18: the script's start, TIME and the
+-- call's framing paid once): from ARGV[3], each is its key count, then decide()'s arguments.
+-- Each is decided on its own, in order, exactly as if it were its own call; the reply is theirs.
+if op == 'decide_many' then
+  local replies, k, a = {}, 0, 3
+  while a <= #ARGV do
+    local n = tonumber(ARGV[a])
+    replies[#replies + 1] = decide(true, KEYS, k, n, a + 1)
+    k = k + n
+    a = a + 3 + 8 * n
+  end
+  return replies
+end
+return decide(op == 'decide', KEYS, 0, #KEYS, 3)
 )lua";
 
 char kind_of(const config::LimitSpec& spec) {
@@ -545,6 +566,26 @@ ScriptCall decide_call(std::string_view sha, const KeySpace& keys, std::span<con
             a.emplace_back("0");
             a.emplace_back("0");
         }
+    }
+    return call;
+}
+
+ScriptCall decide_many_call(std::string_view sha, std::span<const std::vector<std::string>> decisions) {
+    // Each is decide_call's: EVALSHA sha n key... 'decide' time lease lease_ms item...
+    ScriptCall call;
+    auto& a = call.args;
+    a.emplace_back("EVALSHA");
+    a.emplace_back(sha);
+    std::size_t keys = 0;
+    for (const auto& d : decisions) keys += std::stoul(d[2]);
+    a.push_back(std::to_string(keys));
+    for (const auto& d : decisions) a.insert(a.end(), d.begin() + 3, d.begin() + 3 + std::stol(d[2]));
+    a.emplace_back("decide_many");
+    // One time for all, as in one call (Redis TIME, unless a test's clock gave one): the first's.
+    a.push_back(decisions.empty() ? std::string() : decisions.front()[3 + std::stoul(decisions.front()[2]) + 1]);
+    for (const auto& d : decisions) {
+        a.push_back(d[2]);
+        a.insert(a.end(), d.begin() + 3 + std::stol(d[2]) + 2, d.end());  // lease, lease_ms, items
     }
     return call;
 }

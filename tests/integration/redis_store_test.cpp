@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include <map>
@@ -395,6 +396,43 @@ TEST(RedisStore, ASettlementThatCannotReachRedisIsRetriedWhenItIsBack) {
     f.run_until([&] { return f.store.settlements_outstanding() == 0; });
     EXPECT_EQ(f.store.settlements_outstanding(), 0u);
     EXPECT_TRUE(f.run(true, charges).allowed) << "the slot was released on Redis";
+}
+
+TEST(RedisStore, DecisionsOfOneTurnOfTheLoopGoInOneCallEachOnItsOwn) {
+    REQUIRE_REDIS();
+    RedisServer redis;
+    Fixture f(redis);
+    auto requests = spec("requests", Algorithm::token_bucket, 30, 0.001);
+    std::vector<Charge> acme = {charge(requests, Level::tenant, "acme", 1)};
+    std::vector<Charge> bravo = {charge(requests, Level::tenant, "bravo", 1)};
+    ASSERT_EQ(redis.command({"CONFIG", "RESETSTAT"}), "+OK\r\n");
+    // 100 requests reach their decision in one turn: 64 go in one call, 36 in the next (at most
+    // 64 a call); each tenant's 30 are admitted in the order they came, as one call each would.
+    constexpr int n = 100;
+    std::vector<std::optional<Decision>> out(n);
+    for (int i = 0; i < n; ++i)
+        net::co_spawn(f.ioc, f.store.decide(i % 2 ? bravo : acme),
+                      [&out, i](std::exception_ptr, Decision d) { out[i] = std::move(d); });
+    f.run_until([&] { return std::all_of(out.begin(), out.end(), [](const auto& d) { return d.has_value(); }); });
+    int admitted[2] = {0, 0};
+    for (int i = 0; i < n; ++i) {
+        ASSERT_TRUE(out[i]) << i;
+        EXPECT_FALSE(out[i]->unavailable) << i;
+        bool expected = i / 2 < 30;  // the i / 2-th of its tenant
+        EXPECT_EQ(out[i]->allowed, expected) << i;
+        if (out[i]->allowed) {
+            ++admitted[i % 2];
+            EXPECT_NEAR(out[i]->statuses[0].verdict.remaining, 30 - 1 - i / 2, 0.01) << i;
+        }
+    }
+    EXPECT_EQ(admitted[0], 30);
+    EXPECT_EQ(admitted[1], 30);
+    auto stats = redis.command({"INFO", "commandstats"});
+    EXPECT_NE(stats.find("cmdstat_evalsha:calls=2,"), std::string::npos) << stats;
+    // Alone in its turn, a decision is its own call, as before.
+    EXPECT_FALSE(f.run(true, acme).allowed);
+    stats = redis.command({"INFO", "commandstats"});
+    EXPECT_NE(stats.find("cmdstat_evalsha:calls=3,"), std::string::npos) << stats;
 }
 
 TEST(RedisStore, ABatchAppliesEachMarkersSettlementsOnceAllOrNone) {

@@ -133,6 +133,19 @@ TEST(MemoryStoreShare, StandsInWithEachLimitDividedAndFull) {
     EXPECT_EQ(third.statuses[0].verdict.retry_after, core::k_nanos_per_second * 3);  // rate 1/s ÷ 3
 }
 
+TEST(RedisScript, DecisionsTakenTogetherKeepEachOnesArguments) {
+    std::vector<std::vector<std::string>> decisions{
+        {"EVALSHA", "s", "2", "k1", "k2", "decide", "",  "L1", "600000", "r", "10", "1", "1",
+         "1",       "1", "0", "0",  "r",  "20",     "2", "1",  "1",      "1", "0",  "0"},
+        {"EVALSHA", "s", "1", "k3", "decide", "", "L2", "600000", "c", "4", "0", "1", "1", "0", "0", "0"}};
+    auto call = decide_many_call("sha", decisions).args;
+    std::vector<std::string> expected{"EVALSHA", "sha", "3",  "k1", "k2", "k3", "decide_many", "",  "2",  "L1",
+                                      "600000",  "r",   "10", "1",  "1",  "1",  "1",           "0", "0",  "r",
+                                      "20",      "2",   "1",  "1",  "1",  "0",  "0",           "1", "L2", "600000",
+                                      "c",       "4",   "0",  "1",  "1",  "0",  "0",           "0"};
+    EXPECT_EQ(call, expected);
+}
+
 TEST(RedisScript, MalformedDecisionRepliesAreValuesNotExceptions) {
     config::LimitSpec spec;
     spec.name = "tokens";
