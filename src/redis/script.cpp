@@ -50,28 +50,40 @@ end
 local function ms(x) return math.max(1, math.min(math.ceil(x), 1e12)) end
 
 -- A rate bucket's state is "tat capacity rate" (the latter two as the gateway spelled them,
--- so an unchanged limit is recognised without parsing); it expires once full again.
+-- so an unchanged limit is recognised without parsing); it expires once full again, at the end
+-- of the STEP in which its tat + 1 s falls. A write whose tat ends in the same step keeps the
+-- expiry already set (SET KEEPTTL costs Redis less than half of SET PX, which Redis 7 rewrites
+-- for propagation). A state written so starts with '+', which older gateways read as the same
+-- number; one without it (an older gateway's: its expiry not aligned) is given one with PX.
+local STEP = 10000000
+local function expiry_step(tat) return math.floor((tat + 1000000) / STEP) end
+-- The tat, and the step of the expiry the key has (nil: not known).
 local function load_rate(key, cap_s, rate_s, initial)
   local cap, rate = tonumber(cap_s), tonumber(rate_s)
   local v = redis.call('GET', key)
-  if not v then return now + cap * (1 - initial) * 1e6 / rate end
+  if not v then return now + cap * (1 - initial) * 1e6 / rate, nil end
   -- The cheap check first (this runs on every decision): the limit as the gateway spells it.
   local sp = string.find(v, ' ', 1, true)
   local tat = tonumber(string.sub(v, 1, sp - 1))
+  local kept = string.byte(v, 1) == 43 and expiry_step(tat) or nil  -- '+'
   if string.sub(v, sp + 1) ~= cap_s .. ' ' .. rate_s then
     local c, r = string.match(v, ' (%S+) (%S+)$')
     c, r = tonumber(c), tonumber(r)
     local level = math.min(c - math.max(0, tat - now) * r / 1e6, cap)
     tat = now + (cap - level) * 1e6 / rate
   end
-  return tat
+  return tat, kept
 end
-local function save_rate(key, tat, cap_s, rate_s)
-  local ttl = math.ceil((tat - now) / 1000)
-  if ttl <= 0 then
-    redis.call('DEL', key)
+local function save_rate(key, tat, cap_s, rate_s, kept)
+  if tat <= now then
+    redis.call('DEL', key)  -- full: as if it were not there
+    return
+  end
+  local value, step = '+' .. num(tat) .. ' ' .. cap_s .. ' ' .. rate_s, expiry_step(tat)
+  if step == kept then
+    redis.call('SET', key, value, 'KEEPTTL')
   else
-    redis.call('SET', key, num(tat) .. ' ' .. cap_s .. ' ' .. rate_s, 'PX', ms(ttl + 1000))
+    redis.call('SET', key, value, 'PX', ms(((step + 1) * STEP - now) / 1000))
   end
 end
 -- Concurrency: a sorted set of leases ("<request>|<amount>") scored by expiry.
@@ -125,14 +137,15 @@ local function settle(keys, k, a, n)
       end
     else
       local cap, rate, delta = tonumber(cap_s), tonumber(rate_s), tonumber(ARGV[b + 3])
-      local tat = math.max(load_rate(key, cap_s, rate_s, 1), now)
+      local loaded, kept = load_rate(key, cap_s, rate_s, 1)
+      local tat = math.max(loaded, now)
       if delta >= 0 then
         -- Debt is paid back, not forgiven: no floor at -C (SPEC §17).
         tat = math.min(tat + delta * 1e6 / rate, now + (cap + MAX_COUNTER) * 1e6 / rate)
       else
         tat = math.max(tat - (-delta) * 1e6 / rate, now)
       end
-      save_rate(key, tat, cap_s, rate_s)
+      save_rate(key, tat, cap_s, rate_s, kept)
     end
   end
 end
@@ -168,11 +181,12 @@ end
 if op == 'lease' then
   local cap_s, rate_s = ARGV[3], ARGV[4]
   local cap, rate, want, least = tonumber(cap_s), tonumber(rate_s), tonumber(ARGV[5]), tonumber(ARGV[6])
-  local tat = math.max(load_rate(KEYS[1], cap_s, rate_s, tonumber(ARGV[7])), now)
+  local loaded, kept = load_rate(KEYS[1], cap_s, rate_s, tonumber(ARGV[7]))
+  local tat = math.max(loaded, now)
   local level = cap - (tat - now) * rate / 1e6
   local grant = math.min(want, level)
   if not (grant + EPS >= least) or grant <= 0 then return {'0', num(level)} end
-  save_rate(KEYS[1], tat + grant * 1e6 / rate, cap_s, rate_s)
+  save_rate(KEYS[1], tat + grant * 1e6 / rate, cap_s, rate_s, kept)
   return {num(grant), num(level - grant)}
 end
 
@@ -269,7 +283,7 @@ local function decide(commit, keys, k, n, a)
     local cap, rate, amount = tonumber(cap_s), tonumber(rate_s), tonumber(ARGV[b + 3])
     local enforce = ARGV[b + 4] == '1'
     local admitted, remaining, until_full, retry, wait, extra = false, 0, 0, 0, 0, 0
-    local s = {kind = kind, cap_s = cap_s, rate_s = rate_s, tat = false, admitted = false}  -- sized once
+    local s = {kind = kind, cap_s = cap_s, rate_s = rate_s, tat = false, kept = false, admitted = false}  -- sized once
     if kind == 'q' then
       -- A calendar quota: a hash {u = used, a = top-ups} under a key naming its window, which
       -- the gateway computed in its time zone; ARGV[b + 5] is the microseconds left in it.
@@ -290,7 +304,8 @@ local function decide(commit, keys, k, n, a)
       extra = added
       s.left = left
     elseif kind == 'r' then
-      local tat = load_rate(key, cap_s, rate_s, tonumber(ARGV[b + 5]))
+      local tat, kept = load_rate(key, cap_s, rate_s, tonumber(ARGV[b + 5]))
+      s.kept = kept
       local tau = cap * 1e6 / rate
       local base = math.max(tat, now)
       -- Relative to now: at 1e15 units and 1e-3/s, tau is 1e24 us, where (now + tau) - now
@@ -400,7 +415,7 @@ local function decide(commit, keys, k, n, a)
         redis.call('HINCRBYFLOAT', key, 'u', ARGV[a + 2 + (i - 1) * 8 + 3])
         redis.call('PEXPIRE', key, ms(s.left / 1000 + 86400000))
       elseif s.kind == 'r' then
-        save_rate(key, s.tat, s.cap_s, s.rate_s)
+        save_rate(key, s.tat, s.cap_s, s.rate_s, s.kept)
       elseif s.kind == 'c' then
         redis.call('ZADD', key, now + lease_ms * 1000, lease .. '|' .. ARGV[a + 2 + (i - 1) * 8 + 3])
         redis.call('PEXPIRE', key, ms(lease_ms))

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <optional>
 #include <random>
+#include <thread>
 
 #include "harness.hpp"
 #include "tokengate/core/saturate.hpp"
@@ -396,6 +397,55 @@ TEST(RedisStore, ASettlementThatCannotReachRedisIsRetriedWhenItIsBack) {
     f.run_until([&] { return f.store.settlements_outstanding() == 0; });
     EXPECT_EQ(f.store.settlements_outstanding(), 0u);
     EXPECT_TRUE(f.run(true, charges).allowed) << "the slot was released on Redis";
+}
+
+TEST(RedisStore, ABucketsExpiryIsSetOncePerStepAndKeptBetween) {
+    REQUIRE_REDIS();
+    RedisServer redis;
+    Fixture f(redis);
+    // 1 ms of the bucket's time a unit: a few decisions stay within one step (but for a step
+    // ending just then: one in a thousand runs).
+    auto tokens = spec("tokens", Algorithm::token_bucket, 1000, 1000, config::Unit::cost);
+    std::vector<Charge> acme = {charge(tokens, Level::tenant, "acme", 1)};
+    auto reply_integer = [](const std::string& r) { return std::stoll(r.substr(1)); };
+    auto expiry = [&] { return reply_integer(redis.command({"PEXPIRETIME", "tg:tenant:tokens:acme"})); };
+    // Not within half a second of a step's end (Redis's clock), so that the writes below all
+    // fall in the first one's step.
+    auto redis_ms = [&] {
+        auto t = redis.command({"TIME"});  // *2 $10 <seconds> $n <microseconds>
+        auto at = t.find("\r\n", t.find('$')) + 2;
+        auto us_at = t.find("\r\n", t.find('$', at)) + 2;
+        return std::stoll(t.substr(at, 10)) * 1000 + std::stoll(t.substr(us_at)) / 1000;
+    };
+    for (int i = 0; i < 100 && (redis_ms() + 1'000) % 10'000 > 9'500; ++i) std::this_thread::sleep_for(50ms);
+    ASSERT_TRUE(f.run(true, acme).allowed);
+    // The end of the 10 s step in which the bucket is full again plus 1 s (Redis's clock: a
+    // millisecond or two of rounding either way).
+    auto first = expiry();
+    auto step_offset = first % 10'000;
+    EXPECT_TRUE(step_offset <= 2 || step_offset >= 9'998) << first;
+    auto value = redis.command({"GET", "tg:tenant:tokens:acme"});
+    EXPECT_NE(value.find("\r\n+"), std::string::npos) << value;  // written with its expiry aligned
+    // Kept, not set again: an expiry no write would set stays (PX would move it back).
+    auto odd = std::to_string(first + 1'234);
+    ASSERT_EQ(redis.command({"PEXPIREAT", "tg:tenant:tokens:acme", odd}), ":1\r\n");
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(f.run(true, acme).allowed);
+    EXPECT_EQ(expiry(), first + 1'234);
+
+    // A state an older gateway wrote (no '+', its own TTL): the next write aligns it again.
+    ASSERT_EQ(redis.command({"SET", "tg:tenant:tokens:acme", "1 1000 1", "PX", "3000"}), "+OK\r\n");
+    auto old = expiry();
+    ASSERT_TRUE(f.run(true, acme).allowed);
+    EXPECT_NE(expiry(), old);
+    step_offset = expiry() % 10'000;
+    EXPECT_TRUE(step_offset <= 2 || step_offset >= 9'998) << expiry();
+    // A bucket 20 s in debt ends in a later step: its expiry moves on with it.
+    auto before = expiry();
+    auto d = f.run(true, acme);
+    ASSERT_TRUE(d.allowed);
+    f.store.settle(d, limiter::charged(acme, d), config::Amounts{20'001});  // 20,000 more used
+    f.run_until([&] { return f.store.settlements_outstanding() == 0; });
+    EXPECT_GE(expiry(), before + 10'000);
 }
 
 TEST(RedisStore, DecisionsOfOneTurnOfTheLoopGoInOneCallEachOnItsOwn) {
