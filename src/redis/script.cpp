@@ -585,16 +585,29 @@ ScriptCall decide_call(std::string_view sha, const KeySpace& keys, std::span<con
     return call;
 }
 
+namespace {
+// For calls that several calls' arguments (EVALSHA sha n key... argv...) make one.
+std::size_t all_keys(std::span<const std::vector<std::string>> calls) {
+    std::size_t keys = 0;
+    for (const auto& c : calls) keys += std::stoul(c[2]);
+    return keys;
+}
+void append_keys(std::vector<std::string>& a, std::span<const std::vector<std::string>> calls) {
+    for (const auto& c : calls) a.insert(a.end(), c.begin() + 3, c.begin() + 3 + std::stol(c[2]));
+}
+std::size_t marker_index(const std::vector<std::string>& settlement) {
+    return 3 + std::stoul(settlement[2]) + 3;  // EVALSHA sha n key... 'settle' time lease marker
+}
+}  // namespace
+
 ScriptCall decide_many_call(std::string_view sha, std::span<const std::vector<std::string>> decisions) {
     // Each is decide_call's: EVALSHA sha n key... 'decide' time lease lease_ms item...
     ScriptCall call;
     auto& a = call.args;
     a.emplace_back("EVALSHA");
     a.emplace_back(sha);
-    std::size_t keys = 0;
-    for (const auto& d : decisions) keys += std::stoul(d[2]);
-    a.push_back(std::to_string(keys));
-    for (const auto& d : decisions) a.insert(a.end(), d.begin() + 3, d.begin() + 3 + std::stol(d[2]));
+    a.push_back(std::to_string(all_keys(decisions)));
+    append_keys(a, decisions);
     a.emplace_back("decide_many");
     // One time for all, as in one call (Redis TIME, unless a test's clock gave one): the first's.
     a.push_back(decisions.empty() ? std::string() : decisions.front()[3 + std::stoul(decisions.front()[2]) + 1]);
@@ -635,12 +648,6 @@ ScriptCall settle_call(std::string_view sha, const KeySpace& keys, std::span<con
     return call;
 }
 
-namespace {
-std::size_t marker_index(const std::vector<std::string>& settlement) {
-    return 3 + std::stoul(settlement[2]) + 3;  // EVALSHA sha n key... 'settle' time lease marker
-}
-}  // namespace
-
 void seal_markers(std::vector<std::vector<std::string>>& settlements, std::string_view batch, bool group) {
     for (auto& s : settlements) {
         auto& marker = s[marker_index(s)];
@@ -658,16 +665,9 @@ ScriptCall settle_batch_call(std::string_view sha, std::span<const std::vector<s
     auto& a = call.args;
     a.emplace_back("EVALSHA");
     a.emplace_back(sha);
-    std::size_t keys = 0;
-    for (const auto& s : settlements) keys += std::stoul(s[2]);
-    auto add_keys = [&] {
-        for (const auto& s : settlements) {
-            auto n = std::stoul(s[2]);
-            a.insert(a.end(), s.begin() + 3, s.begin() + 3 + static_cast<std::ptrdiff_t>(n));
-        }
-    };
+    auto keys = all_keys(settlements);
     a.push_back(declared ? std::to_string(keys) : "0");
-    if (declared) add_keys();
+    if (declared) append_keys(a, settlements);
     a.emplace_back("settle_batch");
     // One time for all: the latest (Redis TIME, unless a test's clock gave one).
     std::string now;
@@ -681,7 +681,7 @@ ScriptCall settle_batch_call(std::string_view sha, std::span<const std::vector<s
     a.push_back(now);
     if (!declared) {
         a.push_back(std::to_string(keys));
-        add_keys();
+        append_keys(a, settlements);
     }
     for (const auto& s : settlements) {
         auto n = std::stoul(s[2]);
