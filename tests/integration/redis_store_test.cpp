@@ -403,8 +403,7 @@ TEST(RedisStore, ABucketsExpiryIsSetOncePerStepAndKeptBetween) {
     REQUIRE_REDIS();
     RedisServer redis;
     Fixture f(redis);
-    // 1 ms of the bucket's time a unit: a few decisions stay within one step (but for a step
-    // ending just then: one in a thousand runs).
+    // 1 ms of the bucket's time a unit: the few decisions below stay within one step.
     auto tokens = spec("tokens", Algorithm::token_bucket, 1000, 1000, config::Unit::cost);
     std::vector<Charge> acme = {charge(tokens, Level::tenant, "acme", 1)};
     auto reply_integer = [](const std::string& r) { return std::stoll(r.substr(1)); };
