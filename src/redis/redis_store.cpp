@@ -678,11 +678,11 @@ net::awaitable<void> RedisStore::decide_as_one(Client& c, std::vector<std::share
         decisions.reserve(part.size());
         for (auto& w : part) decisions.push_back(std::move(w->args));
         auto r = co_await call(c, decide_many_call("", decisions).args);
-        bool each = r.ok() && r.reply.type == Reply::Type::array && r.reply.elements.size() == part.size();
+        auto each = r.ok() ? split_decisions(std::move(r.reply), decisions) : std::nullopt;
         if (r.ok() && !each)
             r = Result{CallError::none, Reply{Reply::Type::error, 0, "unexpected reply to decide_many", {}}};
         for (std::size_t i = 0; i < part.size(); ++i)
-            part[i]->result = each ? Result{CallError::none, std::move(r.reply.elements[i])} : r;
+            part[i]->result = each ? Result{CallError::none, std::move((*each)[i])} : r;
     }
     for (auto& w : part) w->wake.cancel();
 }

@@ -20,6 +20,9 @@ namespace {
 // kept as start times handed out at admission ('s': FIFO), or, when its tenants are of several
 // priority classes, as a queue of places that each waiter asks about until it is first ('p').
 constexpr std::string_view k_script = R"lua(
+-- The library's functions as locals: a global is a table lookup at every use.
+local tonumber, floor, max, min, ceil = tonumber, math.floor, math.max, math.min, math.ceil
+local format, find, sub, byte, match = string.format, string.find, string.sub, string.byte, string.match
 local op = ARGV[1]
 local now
 if ARGV[2] ~= '' then
@@ -35,19 +38,19 @@ local MAX_COUNTER = 1e18
 -- microseconds) as %d, which costs Redis a third of %.17g; in a reply, as the number itself,
 -- which Redis sends as an integer without formatting it at all.
 local SAFE = 2^53
-local function whole(x) return x == math.floor(x) and x > -SAFE and x < SAFE end
+local function whole(x) return x == floor(x) and x > -SAFE and x < SAFE end
 local function num(x)
-  if whole(x) then return string.format('%d', x) end
-  return string.format('%.17g', x)
+  if whole(x) then return format('%d', x) end
+  return format('%.17g', x)
 end
 local function reply_num(x)
   if whole(x) then return x end
-  return string.format('%.17g', x)
+  return format('%.17g', x)
 end
 -- A TTL in whole milliseconds, at most ~31 years: a key that outlives that is a bucket nobody
 -- has touched since. Redis writes a number argument as %.17g, so an integer up to 1e12 goes as
 -- its digits, without Lua formatting it first.
-local function ms(x) return math.max(1, math.min(math.ceil(x), 1e12)) end
+local function ms(x) return max(1, min(ceil(x), 1e12)) end
 
 -- A rate bucket's state is "tat capacity rate" (the latter two as the gateway spelled them,
 -- so an unchanged limit is recognised without parsing); it expires once full again, at the end
@@ -56,20 +59,20 @@ local function ms(x) return math.max(1, math.min(math.ceil(x), 1e12)) end
 -- for propagation). A state written so starts with '+', which older gateways read as the same
 -- number; one without it (an older gateway's: its expiry not aligned) is given one with PX.
 local STEP = 10000000
-local function expiry_step(tat) return math.floor((tat + 1000000) / STEP) end
--- The tat, and the step of the expiry the key has (nil: not known).
-local function load_rate(key, cap_s, rate_s, initial)
-  local cap, rate = tonumber(cap_s), tonumber(rate_s)
+local function expiry_step(tat) return floor((tat + 1000000) / STEP) end
+-- The tat, and the step of the expiry the key has (nil: not known). The limit comes both as
+-- the gateway spelled it and parsed (tonumber is strtod, 0.1-0.25 us: parsed once a limit).
+local function load_rate(key, cap, rate, cap_s, rate_s, initial)
   local v = redis.call('GET', key)
   if not v then return now + cap * (1 - initial) * 1e6 / rate, nil end
   -- The cheap check first (this runs on every decision): the limit as the gateway spells it.
-  local sp = string.find(v, ' ', 1, true)
-  local tat = tonumber(string.sub(v, 1, sp - 1))
-  local kept = string.byte(v, 1) == 43 and expiry_step(tat) or nil  -- '+'
-  if string.sub(v, sp + 1) ~= cap_s .. ' ' .. rate_s then
-    local c, r = string.match(v, ' (%S+) (%S+)$')
+  local sp = find(v, ' ', 1, true)
+  local tat = tonumber(sub(v, 1, sp - 1))
+  local kept = byte(v, 1) == 43 and expiry_step(tat) or nil  -- '+'
+  if sub(v, sp + 1) ~= cap_s .. ' ' .. rate_s then
+    local c, r = match(v, ' (%S+) (%S+)$')
     c, r = tonumber(c), tonumber(r)
-    local level = math.min(c - math.max(0, tat - now) * r / 1e6, cap)
+    local level = min(c - max(0, tat - now) * r / 1e6, cap)
     tat = now + (cap - level) * 1e6 / rate
   end
   return tat, kept
@@ -91,7 +94,7 @@ local function in_use(key)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
   local used = 0
   for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do
-    used = used + tonumber(string.match(m, '|([^|]+)$'))
+    used = used + tonumber(match(m, '|([^|]+)$'))
   end
   return used
 end
@@ -116,7 +119,7 @@ local function settle(keys, k, a, n)
     local first = marked[marker]
     if first == nil then
       -- Unsealed (no batch named): every settlement would share it, and all but the first be lost.
-      if string.sub(marker, -8) == 'settled:' then error('unsealed settlement marker ' .. marker) end
+      if sub(marker, -8) == 'settled:' then error('unsealed settlement marker ' .. marker) end
       first = redis.call('SET', marker, 1, 'NX', 'PX', 120000) and true or false
       marked[marker] = first
     end
@@ -137,13 +140,13 @@ local function settle(keys, k, a, n)
       end
     else
       local cap, rate, delta = tonumber(cap_s), tonumber(rate_s), tonumber(ARGV[b + 3])
-      local loaded, kept = load_rate(key, cap_s, rate_s, 1)
-      local tat = math.max(loaded, now)
+      local loaded, kept = load_rate(key, cap, rate, cap_s, rate_s, 1)
+      local tat = max(loaded, now)
       if delta >= 0 then
         -- Debt is paid back, not forgiven: no floor at -C (SPEC §17).
-        tat = math.min(tat + delta * 1e6 / rate, now + (cap + MAX_COUNTER) * 1e6 / rate)
+        tat = min(tat + delta * 1e6 / rate, now + (cap + MAX_COUNTER) * 1e6 / rate)
       else
-        tat = math.max(tat - (-delta) * 1e6 / rate, now)
+        tat = max(tat - (-delta) * 1e6 / rate, now)
       end
       save_rate(key, tat, cap_s, rate_s, kept)
     end
@@ -181,10 +184,10 @@ end
 if op == 'lease' then
   local cap_s, rate_s = ARGV[3], ARGV[4]
   local cap, rate, want, least = tonumber(cap_s), tonumber(rate_s), tonumber(ARGV[5]), tonumber(ARGV[6])
-  local loaded, kept = load_rate(KEYS[1], cap_s, rate_s, tonumber(ARGV[7]))
-  local tat = math.max(loaded, now)
+  local loaded, kept = load_rate(KEYS[1], cap, rate, cap_s, rate_s, tonumber(ARGV[7]))
+  local tat = max(loaded, now)
   local level = cap - (tat - now) * rate / 1e6
-  local grant = math.min(want, level)
+  local grant = min(want, level)
   if not (grant + EPS >= least) or grant <= 0 then return {'0', num(level)} end
   save_rate(KEYS[1], tat + grant * 1e6 / rate, cap_s, rate_s, kept)
   return {num(grant), num(level - grant)}
@@ -203,7 +206,7 @@ end
 
 local FOREVER = 4611686018427387904
 local function dur(x)
-  x = math.floor(x * 1000 + 0.5)
+  x = floor(x * 1000 + 0.5)
   if x ~= x or x > FOREVER then return FOREVER elseif x < -FOREVER then return -FOREVER end
   return x
 end
@@ -214,7 +217,7 @@ end
 -- ticket's latest start (its admission + max_wait); <key>:d the tickets displaced and not yet told.
 local RANK = 2^40
 local HOLD = 5000000  -- us: a waiter asks at least every 0.5 s (RedisStore::k_turn_poll)
-local function place_ticket(member) return string.match(member, '^(.*)|') end
+local function place_ticket(member) return match(member, '^(.*)|') end
 local function drop_place(key, member)
   redis.call('ZREM', key .. ':t', member)
   redis.call('ZREM', key .. ':h', member)
@@ -225,8 +228,8 @@ local function purge_places(key)
 end
 -- The units of the places ranked before `rank`, and how many they are.
 local function units_before(key, rank)
-  local sum, ids = 0, redis.call('ZRANGEBYSCORE', key .. ':t', '-inf', '(' .. string.format('%.17g', rank))
-  for _, m in ipairs(ids) do sum = sum + tonumber(string.match(m, '|([^|]+)$')) end
+  local sum, ids = 0, redis.call('ZRANGEBYSCORE', key .. ':t', '-inf', '(' .. format('%.17g', rank))
+  for _, m in ipairs(ids) do sum = sum + tonumber(match(m, '|([^|]+)$')) end
   return sum, #ids
 end
 local function keep_places(key, ttl)
@@ -253,14 +256,14 @@ if op == 'turn' or op == 'leave' then
   local rate = tonumber(ARGV[4])
   local next_free = tonumber(redis.call('GET', key) or '0')
   local ahead, n = units_before(key, tonumber(rank))
-  local start = math.max(now, next_free) + ahead * 1e6 / rate
+  local start = max(now, next_free) + ahead * 1e6 / rate
   if start > tonumber(redis.call('HGET', key .. ':c', ticket) or '0') + tonumber(ARGV[5]) then
     drop_place(key, member)
     return {2, 0}
   end
   if n == 0 and next_free <= now then
     drop_place(key, member)
-    local after = now + tonumber(string.match(member, '|([^|]+)$')) * 1e6 / rate
+    local after = now + tonumber(match(member, '|([^|]+)$')) * 1e6 / rate
     redis.call('SET', key, num(after), 'PX', ms((after - now) / 1000 + 1000))
     return {1, 0}
   end
@@ -268,13 +271,18 @@ if op == 'turn' or op == 'leave' then
   return {0, dur(start - now)}
 end
 
+-- What a decision keeps of each limit between checking it and charging it, by the limit's
+-- index: shared by the decisions of a call, as a table made per limit costs a rate bucket's
+-- whole arithmetic. `more` holds what the queues and quotas need (nil for the rest).
+local kinds, oks, tats, kepts, more = {}, {}, {}, {}, {}
+
 -- One decision (decide, peek): every limit is checked first; only if every enforced one admits
 -- is any charged (`commit`). Its keys are keys[k + 1 .. k + n]; ARGV[a] its lease, ARGV[a + 1]
--- the lease's ms, then eight per key.
-local function decide(commit, keys, k, n, a)
-  local lease, lease_ms = ARGV[a], tonumber(ARGV[a + 1])
-  local out = {math.floor(now + 0.5), 1}
-  local state = {}
+-- the lease's ms, then eight per key. Its verdict goes into out[o + 1 .. o + 2 + 6n].
+local function decide(commit, keys, k, n, a, out, o)
+  local lease = ARGV[a]
+  out[o + 1] = floor(now + 0.5)
+  out[o + 2] = 1
   local allowed = true
   for i = 1, n do
     local key = keys[k + i]
@@ -283,14 +291,14 @@ local function decide(commit, keys, k, n, a)
     local cap, rate, amount = tonumber(cap_s), tonumber(rate_s), tonumber(ARGV[b + 3])
     local enforce = ARGV[b + 4] == '1'
     local admitted, remaining, until_full, retry, wait, extra = false, 0, 0, 0, 0, 0
-    local s = {kind = kind, cap_s = cap_s, rate_s = rate_s, tat = false, kept = false, admitted = false}  -- sized once
+    local s = nil
     if kind == 'q' then
       -- A calendar quota: a hash {u = used, a = top-ups} under a key naming its window, which
       -- the gateway computed in its time zone; ARGV[b + 5] is the microseconds left in it.
       local v = redis.call('HMGET', key, 'u', 'a')
       local used, added = tonumber(v[1] or '0'), tonumber(v[2] or '0')
       local allowance = cap + added
-      local slack = 1e-9 * math.max(1, allowance)
+      local slack = 1e-9 * max(1, allowance)
       local left = tonumber(ARGV[b + 5])
       until_full = left
       if not (amount <= allowance + slack) then
@@ -302,12 +310,12 @@ local function decide(commit, keys, k, n, a)
       end
       remaining = allowance - used - (admitted and amount or 0)
       extra = added
-      s.left = left
+      s = {left = left}
     elseif kind == 'r' then
-      local tat, kept = load_rate(key, cap_s, rate_s, tonumber(ARGV[b + 5]))
-      s.kept = kept
+      local tat, kept = load_rate(key, cap, rate, cap_s, rate_s, tonumber(ARGV[b + 5]))
+      kepts[i] = kept
       local tau = cap * 1e6 / rate
-      local base = math.max(tat, now)
+      local base = max(tat, now)
       -- Relative to now: at 1e15 units and 1e-3/s, tau is 1e24 us, where (now + tau) - now
       -- would lose the comparison to rounding.
       local after = (base - now) + amount * 1e6 / rate
@@ -319,10 +327,10 @@ local function decide(commit, keys, k, n, a)
         remaining = cap - until_full * rate / 1e6
       else
         until_full = base - now
-        remaining = cap - math.max(0, tat - now) * rate / 1e6
+        remaining = cap - max(0, tat - now) * rate / 1e6
         if amount > cap then retry = -1 else retry = new_tat - tau - now end
       end
-      s.tat = new_tat
+      tats[i] = new_tat
     elseif kind == 'c' then
       local used = in_use(key)
       admitted = used + amount <= cap + EPS
@@ -333,8 +341,8 @@ local function decide(commit, keys, k, n, a)
       local next_free = tonumber(redis.call('GET', key) or '0')
       local waiting = redis.call('ZCARD', key .. ':t')
       local max_wait, units, class = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7])
-      local start = math.max(now, next_free)
-      s.next_free, s.class, s.units_s, s.max_wait = start + units * 1e6 / rate, class, ARGV[b + 6], max_wait
+      local start = max(now, next_free)
+      s = {next_free = start + units * 1e6 / rate, class = class, units_s = ARGV[b + 6], max_wait = max_wait}
       if units * 1e6 / rate > max_wait + EPS then
         retry, remaining, until_full = -1, cap - waiting, start - now
       elseif waiting == 0 and next_free <= now then
@@ -352,7 +360,7 @@ local function decide(commit, keys, k, n, a)
         until_full = mine - now
         if waiting + 1 > cap and not victim then
           remaining = 0
-          retry = math.max(0.001, start - now)
+          retry = max(0.001, start - now)
         elseif mine - now > max_wait + EPS then
           remaining = cap - waiting
           retry = mine - now - max_wait
@@ -369,7 +377,7 @@ local function decide(commit, keys, k, n, a)
       redis.call('ZREMRANGEBYSCORE', qkey, '-inf', now)
       local waiting = redis.call('ZCARD', qkey)
       local max_wait, units = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
-      local start = math.max(now, next_free)
+      local start = max(now, next_free)
       if units * 1e6 / rate > max_wait + EPS then
         -- unit: cost, a slot longer than max_wait: it would hold everyone behind it past theirs.
         retry, remaining, until_full = -1, cap - waiting, start - now
@@ -380,7 +388,7 @@ local function decide(commit, keys, k, n, a)
         if waiting + 1 > cap then
           local head = redis.call('ZRANGE', qkey, 0, 0, 'WITHSCORES')
           remaining = 0
-          retry = math.max(0.001, (tonumber(head[2]) or now) - now)
+          retry = max(0.001, (tonumber(head[2]) or now) - now)
         elseif start - now > max_wait + EPS then
           remaining = cap - waiting
           retry = start - now - max_wait
@@ -390,36 +398,36 @@ local function decide(commit, keys, k, n, a)
           wait = start - now
         end
       end
-      s.qkey, s.start, s.next_free = qkey, start, start + units * 1e6 / rate
+      s = {qkey = qkey, start = start, next_free = start + units * 1e6 / rate}
     end
     if enforce and not admitted then allowed = false end
-    s.admitted = admitted
-    state[i] = s
+    kinds[i], oks[i], more[i] = kind, admitted, s
     -- Most verdicts have no retry, no wait and nothing extra: their zeros skip dur().
-    local n = 2 + (i - 1) * 6
-    out[n + 1] = admitted and 1 or 0
-    out[n + 2] = reply_num(remaining)
-    out[n + 3] = dur(until_full)
-    out[n + 4] = retry == 0 and 0 or dur(retry)
-    out[n + 5] = wait == 0 and 0 or dur(wait)
-    out[n + 6] = reply_num(extra)
+    local p = o + 2 + (i - 1) * 6
+    out[p + 1] = admitted and 1 or 0
+    out[p + 2] = reply_num(remaining)
+    out[p + 3] = dur(until_full)
+    out[p + 4] = retry == 0 and 0 or dur(retry)
+    out[p + 5] = wait == 0 and 0 or dur(wait)
+    out[p + 6] = extra == 0 and 0 or reply_num(extra)
   end
-  if not allowed then out[2] = 0 end
-  if not commit or not allowed then return out end
+  if not allowed then out[o + 2] = 0 end
+  if not commit or not allowed then return end
   for i = 1, n do
-    local key = keys[k + i]
-    local s = state[i]
-    if s.admitted then
-      if s.kind == 'q' then
+    local key, kind, s = keys[k + i], kinds[i], more[i]
+    if oks[i] then
+      if kind == 'r' then
+        local b = a + 2 + (i - 1) * 8
+        save_rate(key, tats[i], ARGV[b + 1], ARGV[b + 2], kepts[i])
+      elseif kind == 'q' then
         -- Kept a day past the window's end, for settlements still on their way.
         redis.call('HINCRBYFLOAT', key, 'u', ARGV[a + 2 + (i - 1) * 8 + 3])
         redis.call('PEXPIRE', key, ms(s.left / 1000 + 86400000))
-      elseif s.kind == 'r' then
-        save_rate(key, s.tat, s.cap_s, s.rate_s, s.kept)
-      elseif s.kind == 'c' then
+      elseif kind == 'c' then
+        local lease_ms = tonumber(ARGV[a + 1])
         redis.call('ZADD', key, now + lease_ms * 1000, lease .. '|' .. ARGV[a + 2 + (i - 1) * 8 + 3])
         redis.call('PEXPIRE', key, ms(lease_ms))
-      elseif s.kind == 'p' then
+      elseif kind == 'p' then
         if s.queued then
           if s.victim then
             drop_place(key, s.victim)
@@ -443,23 +451,29 @@ local function decide(commit, keys, k, n, a)
       end
     end
   end
-  return out
 end
 
 -- Decisions that a worker had at once, in one call (SPEC §18: the script's start, TIME and the
 -- call's framing paid once): from ARGV[3], each is its key count, then decide()'s arguments.
--- Each is decided on its own, in order, exactly as if it were its own call; the reply is theirs.
+-- Each is decided on its own, in order, exactly as if it were its own call; the reply is their
+-- verdicts one after another (one array: Redis converts a nested one element by element too).
 if op == 'decide_many' then
-  local replies, k, a = {}, 0, 3
-  while a <= #ARGV do
+  local replies, o, k, a, last = {}, 0, 0, 3, #ARGV
+  while a <= last do
     local n = tonumber(ARGV[a])
-    replies[#replies + 1] = decide(true, KEYS, k, n, a + 1)
+    decide(true, KEYS, k, n, a + 1, replies, o)
+    o = o + 2 + 6 * n
     k = k + n
     a = a + 3 + 8 * n
   end
   return replies
 end
-return decide(op == 'decide', KEYS, 0, #KEYS, 3)
+-- Sized by its constructor for two limits (filling an empty table one entry at a time rehashes
+-- it each time the size doubles); Redis's reply ends at the first nil.
+local out, n = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, #KEYS
+decide(op == 'decide', KEYS, 0, n, 3, out, 0)
+for j = 3 + 6 * n, 14 do out[j] = nil end
+return out
 )lua";
 
 char kind_of(const config::LimitSpec& spec) {
@@ -616,6 +630,21 @@ ScriptCall decide_many_call(std::string_view sha, std::span<const std::vector<st
         a.insert(a.end(), d.begin() + 3 + std::stol(d[2]) + 2, d.end());  // lease, lease_ms, items
     }
     return call;
+}
+
+std::optional<std::vector<Reply>> split_decisions(Reply reply, std::span<const std::vector<std::string>> decisions) {
+    std::size_t total = 0;
+    for (const auto& d : decisions) total += 2 + 6 * std::stoul(d[2]);
+    if (reply.type != Reply::Type::array || reply.elements.size() != total) return std::nullopt;
+    std::vector<Reply> each(decisions.size());
+    auto next = reply.elements.begin();
+    for (std::size_t i = 0; i < decisions.size(); ++i) {
+        auto end = next + static_cast<std::ptrdiff_t>(2 + 6 * std::stoul(decisions[i][2]));
+        each[i].type = Reply::Type::array;
+        each[i].elements.assign(std::make_move_iterator(next), std::make_move_iterator(end));
+        next = end;
+    }
+    return each;
 }
 
 ScriptCall settle_call(std::string_view sha, const KeySpace& keys, std::span<const limiter::Charge> charged,

@@ -55,9 +55,13 @@ ScriptCall decide_call(std::string_view sha, const KeySpace& keys, std::span<con
                        std::span<const core::CalendarWindow> windows, core::Nanos unix_now, bool commit,
                        std::string_view lease, double lease_ms, double now_us);
 /// One EVALSHA deciding `decisions` (each a committing decide_call's arguments) in order, each
-/// on its own as if it were its own call: its reply is an array of their replies, in order.
-/// Mode standalone and sentinel only (their keys are many tenants', so many slots).
+/// on its own as if it were its own call: its reply is their replies' elements one after
+/// another (split_decisions parts them). Mode standalone and sentinel only (their keys are many
+/// tenants', so many slots).
 ScriptCall decide_many_call(std::string_view sha, std::span<const std::vector<std::string>> decisions);
+/// The reply to a decide_many_call as each decision's own reply (an array of 2 + 6 elements a
+/// limit), in order; nullopt if it is not as long as their replies together.
+std::optional<std::vector<Reply>> split_decisions(Reply reply, std::span<const std::vector<std::string>> decisions);
 /// EVALSHA settling the charges that need it (none: no call, empty args); a quota in the
 /// window it was charged in. Its marker is unsealed: it goes to Redis in a batch
 /// (seal_markers, settle_batch_call).

@@ -144,6 +144,27 @@ TEST(RedisScript, DecisionsTakenTogetherKeepEachOnesArguments) {
                                       "20",      "2",   "1",  "1",  "1",  "0",  "0",           "1", "L2", "600000",
                                       "c",       "4",   "0",  "1",  "1",  "0",  "0",           "0"};
     EXPECT_EQ(call, expected);
+
+    // The reply is their verdicts one after another: 2 + 6 × 2, then 2 + 6 × 1.
+    Reply flat;
+    flat.type = Reply::Type::array;
+    for (long long v = 0; v < 22; ++v) flat.elements.push_back(Reply{Reply::Type::integer, v, {}, {}});
+    auto each = split_decisions(flat, decisions);
+    ASSERT_TRUE(each);
+    ASSERT_EQ(each->size(), 2u);
+    ASSERT_EQ((*each)[0].elements.size(), 14u);
+    ASSERT_EQ((*each)[1].elements.size(), 8u);
+    EXPECT_EQ((*each)[0].elements[13].integer, 13);
+    EXPECT_EQ((*each)[1].elements[0].integer, 14);
+    EXPECT_EQ((*each)[1].elements[7].integer, 21);
+    // One element short or over, or no array: not taken apart at a guess.
+    auto short_flat = flat;
+    short_flat.elements.pop_back();
+    EXPECT_FALSE(split_decisions(short_flat, decisions));
+    auto long_flat = flat;
+    long_flat.elements.push_back(Reply{Reply::Type::integer, 0, {}, {}});
+    EXPECT_FALSE(split_decisions(long_flat, decisions));
+    EXPECT_FALSE(split_decisions(Reply{Reply::Type::integer, 22, {}, {}}, decisions));
 }
 
 TEST(RedisScript, MalformedDecisionRepliesAreValuesNotExceptions) {
