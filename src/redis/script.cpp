@@ -79,8 +79,14 @@ local function load_rate(key, cap, rate, cap_s, rate_s, initial)
 end
 local function save_rate(key, tat, cap_s, rate_s, kept)
   if tat <= now then
-    redis.call('DEL', key)  -- full: as if it were not there
-    return
+    -- Full: as if it were not there. A key that expires at this step's end anyway stays, full,
+    -- until then, as memory keeps a full bucket until its sweep: the decision that follows a
+    -- refund then keeps that expiry (SET KEEPTTL) instead of setting one (SET PX).
+    if kept ~= expiry_step(now) then
+      redis.call('DEL', key)
+      return
+    end
+    tat = now
   end
   local value, step = '+' .. num(tat) .. ' ' .. cap_s .. ' ' .. rate_s, expiry_step(tat)
   if step == kept then

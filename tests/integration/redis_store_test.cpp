@@ -399,17 +399,9 @@ TEST(RedisStore, ASettlementThatCannotReachRedisIsRetriedWhenItIsBack) {
     EXPECT_TRUE(f.run(true, charges).allowed) << "the slot was released on Redis";
 }
 
-TEST(RedisStore, ABucketsExpiryIsSetOncePerStepAndKeptBetween) {
-    REQUIRE_REDIS();
-    RedisServer redis;
-    Fixture f(redis);
-    // 1 ms of the bucket's time a unit: the few decisions below stay within one step.
-    auto tokens = spec("tokens", Algorithm::token_bucket, 1000, 1000, config::Unit::cost);
-    std::vector<Charge> acme = {charge(tokens, Level::tenant, "acme", 1)};
-    auto reply_integer = [](const std::string& r) { return std::stoll(r.substr(1)); };
-    auto expiry = [&] { return reply_integer(redis.command({"PEXPIRETIME", "tg:tenant:tokens:acme"})); };
-    // Not within half a second of a step's end (Redis's clock), so that the writes below all
-    // fall in the first one's step.
+/// Waits until Redis's clock is not within half a second of a bucket expiry step's end (its
+/// 10 s, 1 s on), so that the writes a test makes next fall in one step.
+void away_from_a_steps_end(RedisServer& redis) {
     auto redis_ms = [&] {
         auto t = redis.command({"TIME"});  // *2 $10 <seconds> $n <microseconds>
         auto at = t.find("\r\n", t.find('$')) + 2;
@@ -417,6 +409,21 @@ TEST(RedisStore, ABucketsExpiryIsSetOncePerStepAndKeptBetween) {
         return std::stoll(t.substr(at, 10)) * 1000 + std::stoll(t.substr(us_at)) / 1000;
     };
     for (int i = 0; i < 100 && (redis_ms() + 1'000) % 10'000 > 9'500; ++i) std::this_thread::sleep_for(50ms);
+}
+
+long long key_expiry(RedisServer& redis, const std::string& key) {
+    return std::stoll(redis.command({"PEXPIRETIME", key}).substr(1));  // :<ms>
+}
+
+TEST(RedisStore, ABucketsExpiryIsSetOncePerStepAndKeptBetween) {
+    REQUIRE_REDIS();
+    RedisServer redis;
+    Fixture f(redis);
+    // 1 ms of the bucket's time a unit: the few decisions below stay within one step.
+    auto tokens = spec("tokens", Algorithm::token_bucket, 1000, 1000, config::Unit::cost);
+    std::vector<Charge> acme = {charge(tokens, Level::tenant, "acme", 1)};
+    auto expiry = [&] { return key_expiry(redis, "tg:tenant:tokens:acme"); };
+    away_from_a_steps_end(redis);
     ASSERT_TRUE(f.run(true, acme).allowed);
     // The end of the 10 s step in which the bucket is full again plus 1 s (Redis's clock: a
     // millisecond or two of rounding either way).
@@ -445,6 +452,39 @@ TEST(RedisStore, ABucketsExpiryIsSetOncePerStepAndKeptBetween) {
     f.store.settle(d, limiter::charged(acme, d), config::Amounts{20'001});  // 20,000 more used
     f.run_until([&] { return f.store.settlements_outstanding() == 0; });
     EXPECT_GE(expiry(), before + 10'000);
+}
+
+TEST(RedisStore, ABucketARefundFillsStaysFullUntilItsExpiry) {
+    REQUIRE_REDIS();
+    RedisServer redis;
+    Fixture f(redis);
+    auto tokens = spec("tokens", Algorithm::token_bucket, 1000, 1000, config::Unit::cost);
+    std::vector<Charge> acme = {charge(tokens, Level::tenant, "acme", 500)};
+    const std::string key = "tg:tenant:tokens:acme";
+    auto refund_all = [&](const Decision& d) {
+        f.store.settle(d, limiter::charged(acme, d), config::Amounts{0});  // none of the 500 used
+        f.run_until([&] { return f.store.settlements_outstanding() == 0; });
+    };
+    away_from_a_steps_end(redis);
+    auto d = f.run(true, acme);
+    ASSERT_TRUE(d.allowed);
+    auto first = key_expiry(redis, key);
+    refund_all(d);
+    // Full again, and kept with the expiry it had: it would go at this step's end anyway.
+    ASSERT_EQ(redis.command({"EXISTS", key}), ":1\r\n");
+    EXPECT_EQ(key_expiry(redis, key), first);
+    // Read as full, and its expiry kept again.
+    auto next = f.run(true, acme);
+    ASSERT_TRUE(next.allowed);
+    EXPECT_NEAR(next.statuses[0].verdict.remaining, 500, 1);
+    EXPECT_EQ(key_expiry(redis, key), first);
+    // A state whose expiry is not known to be aligned (an older gateway's) goes once full.
+    ASSERT_EQ(redis.command({"SET", key, "1 1000 1000", "PX", "30000"}), "+OK\r\n");
+    d = f.run(true, acme);
+    ASSERT_TRUE(d.allowed);
+    ASSERT_EQ(redis.command({"SET", key, "1 1000 1000", "PX", "30000"}), "+OK\r\n");
+    refund_all(d);
+    EXPECT_EQ(redis.command({"EXISTS", key}), ":0\r\n");
 }
 
 TEST(RedisStore, DecisionsOfOneTurnOfTheLoopGoInOneCallEachOnItsOwn) {
