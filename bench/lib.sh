@@ -19,7 +19,8 @@ port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); 
 wait_port() { for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 did not open" >&2; exit 1; }
 
 # nginx answering every request with one fixed chat completion, whose usage differs from what
-# the gateway reserves (so every request also settles); sets static_port. The Redis benches' upstream.
+# the gateway reserves at first (so requests settle until its learned reservation matches the
+# usage; after that, most need no settlement); sets static_port. The Redis benches' upstream.
 start_static_completion() {
   static_port=$(port)
   local completion='{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"llama3-8b","choices":[{"index":0,"message":{"role":"assistant","content":"The quick brown fox."},"finish_reason":"stop"}],"usage":{"prompt_tokens":180,"completion_tokens":120,"total_tokens":300}}'

@@ -5,7 +5,8 @@
 # global limits; 100 tenants), nginx serving a fixed chat completion as the upstream, a
 # redis-server of its own. Prints req/s, latency, the ratio to the memory store, and the
 # Redis round trips per request (EVALSHA + EVAL calls from INFO commandstats ÷ requests). The
-# upstream's usage differs from the reservation, so every request also settles on Redis.
+# upstream's usage differs from the first reservations, so requests settle on Redis until the learned
+# reservation matches it.
 # The Lua script's own cost (issue 19): "redis+quota" adds a daily token quota to every tenant;
 # "script us/req" is INFO commandstats' usec for EVALSHA + EVAL (decide and settle) per request.
 # "redis+leases" (SPEC §18) leases the route, IP and global limits, so only the tenant's two are
