@@ -60,10 +60,46 @@ local function ms(x) return max(1, min(ceil(x), 1e12)) end
 -- number; one without it (an older gateway's: its expiry not aligned) is given one with PX.
 local STEP = 10000000
 local function expiry_step(tat) return floor((tat + 1000000) / STEP) end
+-- Writes a rate bucket's state (false: deletes its key, full again); `step` is the step its
+-- expiry falls in, `kept` that of the expiry the key has (nil: not known).
+local function put_rate(key, value, step, kept)
+  if not value then
+    redis.call('DEL', key)
+  elseif step == kept then
+    redis.call('SET', key, value, 'KEEPTTL')
+  else
+    redis.call('SET', key, value, 'PX', ms(((step + 1) * STEP - now) / 1000))
+  end
+end
+-- In a decide_many call, a bucket that more than one of its decisions touch (a tenant whose
+-- requests one turn of a worker's loop brought together) is read from Redis once and written
+-- once, as the call ends, not once a decision: `held_keys` names those keys; `held` has each
+-- one's state as the call has left it so far (false: none), `held_kept` the step of the expiry
+-- its key has in Redis, `held_step` the step its state's expiry falls in, and `held_order` the
+-- keys written, in order. Every other key is read and written at once.
+local held_keys, held, held_kept, held_step, held_order = nil, {}, {}, {}, {}
+local function read_held(key)
+  local v = held[key]
+  if v == nil then
+    v = redis.call('GET', key)
+    held[key] = v
+    held_kept[key] = v and byte(v, 1) == 43 and expiry_step(tonumber(sub(v, 2, find(v, ' ', 1, true) - 1))) or nil
+  end
+  return v
+end
+local function write_rate(key, value, step, kept)
+  if not (held_keys and held_keys[key]) then return put_rate(key, value, step, kept) end
+  if held_step[key] == nil then held_order[#held_order + 1] = key end
+  held[key], held_step[key] = value, step or false
+end
+local function write_held()
+  for _, key in ipairs(held_order) do put_rate(key, held[key], held_step[key], held_kept[key]) end
+end
 -- The tat, and the step of the expiry the key has (nil: not known). The limit comes both as
 -- the gateway spelled it and parsed (tonumber is strtod, 0.1-0.25 us: parsed once a limit).
 local function load_rate(key, cap, rate, cap_s, rate_s, initial)
-  local v = redis.call('GET', key)
+  local v
+  if held_keys and held_keys[key] then v = read_held(key) else v = redis.call('GET', key) end
   if not v then return now + cap * (1 - initial) * 1e6 / rate, nil end
   -- The cheap check first (this runs on every decision): the limit as the gateway spells it.
   local sp = find(v, ' ', 1, true)
@@ -82,18 +118,10 @@ local function save_rate(key, tat, cap_s, rate_s, kept)
     -- Full: as if it were not there. A key that expires at this step's end anyway stays, full,
     -- until then, as memory keeps a full bucket until its sweep: the decision that follows a
     -- refund then keeps that expiry (SET KEEPTTL) instead of setting one (SET PX).
-    if kept ~= expiry_step(now) then
-      redis.call('DEL', key)
-      return
-    end
+    if kept ~= expiry_step(now) then return write_rate(key, false) end
     tat = now
   end
-  local value, step = '+' .. num(tat) .. ' ' .. cap_s .. ' ' .. rate_s, expiry_step(tat)
-  if step == kept then
-    redis.call('SET', key, value, 'KEEPTTL')
-  else
-    redis.call('SET', key, value, 'PX', ms(((step + 1) * STEP - now) / 1000))
-  end
+  write_rate(key, '+' .. num(tat) .. ' ' .. cap_s .. ' ' .. rate_s, expiry_step(tat), kept)
 end
 -- Concurrency: a sorted set of leases ("<request>|<amount>") scored by expiry.
 local function in_use(key)
@@ -460,11 +488,19 @@ local function decide(commit, keys, k, n, a, out, o)
 end
 
 -- Decisions that a worker had at once, in one call (SPEC §18: the script's start, TIME and the
--- call's framing paid once): from ARGV[3], each is its key count, then decide()'s arguments.
+-- call's framing paid once): after the keys they share (below), each is its key count, then
+-- decide()'s arguments.
 -- Each is decided on its own, in order, exactly as if it were its own call; the reply is their
 -- verdicts one after another (one array: Redis converts a nested one element by element too).
 if op == 'decide_many' then
-  local replies, o, k, a, last = {}, 0, 0, 3, #ARGV
+  -- ARGV[3]: how many keys more than one decision touches (the gateway found them: a scan here
+  -- would cost Redis ~0.5 us a decision); they follow it.
+  local repeated = tonumber(ARGV[3])
+  if repeated > 0 then
+    held_keys = {}
+    for i = 4, 3 + repeated do held_keys[ARGV[i]] = true end
+  end
+  local replies, o, k, a, last = {}, 0, 0, 4 + repeated, #ARGV
   while a <= last do
     local n = tonumber(ARGV[a])
     decide(true, KEYS, k, n, a + 1, replies, o)
@@ -472,6 +508,7 @@ if op == 'decide_many' then
     k = k + n
     a = a + 3 + 8 * n
   end
+  write_held()
   return replies
 end
 -- Sized by its constructor for two limits (filling an empty table one entry at a time rehashes
@@ -615,6 +652,16 @@ std::size_t all_keys(std::span<const std::vector<std::string>> calls) {
 void append_keys(std::vector<std::string>& a, std::span<const std::vector<std::string>> calls) {
     for (const auto& c : calls) a.insert(a.end(), c.begin() + 3, c.begin() + 3 + std::stol(c[2]));
 }
+/// The keys that more than one of `decisions` touches, each once.
+std::vector<std::string_view> repeated_keys(std::span<const std::vector<std::string>> decisions) {
+    std::vector<std::string_view> keys;
+    for (const auto& d : decisions) keys.insert(keys.end(), d.begin() + 3, d.begin() + 3 + std::stol(d[2]));
+    std::sort(keys.begin(), keys.end());
+    std::vector<std::string_view> repeated;
+    for (std::size_t i = 1; i < keys.size(); ++i)
+        if (keys[i] == keys[i - 1] && (repeated.empty() || repeated.back() != keys[i])) repeated.push_back(keys[i]);
+    return repeated;
+}
 std::size_t marker_index(const std::vector<std::string>& settlement) {
     return 3 + std::stoul(settlement[2]) + 3;  // EVALSHA sha n key... 'settle' time lease marker
 }
@@ -631,6 +678,10 @@ ScriptCall decide_many_call(std::string_view sha, std::span<const std::vector<st
     a.emplace_back("decide_many");
     // One time for all, as in one call (Redis TIME, unless a test's clock gave one): the first's.
     a.push_back(decisions.empty() ? std::string() : decisions.front()[3 + std::stoul(decisions.front()[2]) + 1]);
+    // The script reads and writes these once for the call.
+    auto repeated = repeated_keys(decisions);
+    a.push_back(std::to_string(repeated.size()));
+    a.insert(a.end(), repeated.begin(), repeated.end());
     for (const auto& d : decisions) {
         a.push_back(d[2]);
         a.insert(a.end(), d.begin() + 3 + std::stol(d[2]) + 2, d.end());  // lease, lease_ms, items

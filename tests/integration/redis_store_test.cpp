@@ -518,6 +518,10 @@ TEST(RedisStore, DecisionsOfOneTurnOfTheLoopGoInOneCallEachOnItsOwn) {
     EXPECT_EQ(admitted[1], 30);
     auto stats = redis.command({"INFO", "commandstats"});
     EXPECT_NE(stats.find("cmdstat_evalsha:calls=2,"), std::string::npos) << stats;
+    // A bucket that many decisions of one call touch is read once and written once a call: two
+    // buckets read by each call; written by the first only (the second's are all refused).
+    EXPECT_NE(stats.find("cmdstat_get:calls=4,"), std::string::npos) << stats;
+    EXPECT_NE(stats.find("cmdstat_set:calls=2,"), std::string::npos) << stats;
     // Alone in its turn, a decision is its own call, as before.
     EXPECT_FALSE(f.run(true, acme).allowed);
     stats = redis.command({"INFO", "commandstats"});

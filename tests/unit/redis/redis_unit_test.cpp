@@ -139,11 +139,19 @@ TEST(RedisScript, DecisionsTakenTogetherKeepEachOnesArguments) {
          "1",       "1", "0", "0",  "r",  "20",     "2", "1",  "1",      "1", "0",  "0"},
         {"EVALSHA", "s", "1", "k3", "decide", "", "L2", "600000", "c", "4", "0", "1", "1", "0", "0", "0"}};
     auto call = decide_many_call("sha", decisions).args;
-    std::vector<std::string> expected{"EVALSHA", "sha", "3",  "k1", "k2", "k3", "decide_many", "",  "2",  "L1",
-                                      "600000",  "r",   "10", "1",  "1",  "1",  "1",           "0", "0",  "r",
-                                      "20",      "2",   "1",  "1",  "1",  "0",  "0",           "1", "L2", "600000",
-                                      "c",       "4",   "0",  "1",  "1",  "0",  "0",           "0"};
+    std::vector<std::string> expected{"EVALSHA", "sha",    "3", "k1", "k2", "k3", "decide_many", "",  "0", "2",
+                                      "L1",      "600000", "r", "10", "1",  "1",  "1",           "1", "0", "0",
+                                      "r",       "20",     "2", "1",  "1",  "1",  "0",           "0", "1", "L2",
+                                      "600000",  "c",      "4", "0",  "1",  "1",  "0",           "0", "0"};
     EXPECT_EQ(call, expected);
+    // Keys that more than one decision touches are named once, after the time and their count.
+    std::vector<std::vector<std::string>> same_tenant{decisions[0], decisions[0], decisions[0], decisions[1]};
+    auto shared = decide_many_call("sha", same_tenant).args;
+    ASSERT_GE(shared.size(), 19u);
+    EXPECT_EQ(shared[2], "7");
+    EXPECT_EQ(std::vector<std::string>(shared.begin() + 11, shared.begin() + 15),
+              (std::vector<std::string>{"", "2", "k1", "k2"}));
+    EXPECT_EQ(shared[15], "2");  // the first decision's key count
 
     // The reply is their verdicts one after another: 2 + 6 × 2, then 2 + 6 × 1.
     Reply flat;
