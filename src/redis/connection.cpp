@@ -12,6 +12,7 @@
 #include <boost/asio/write.hpp>
 
 #include <charconv>
+#include <cstring>
 #include <stdexcept>
 
 #include "tokengate/tls/context.hpp"
@@ -65,50 +66,100 @@ Endpoint Endpoint::at(std::string_view host_port) const {
 }
 
 void encode_command(std::string& out, std::span<const std::string> args) {
-    out += '*';
-    out += std::to_string(args.size());
-    out += "\r\n";
+    // Sized once, then written in place: a decision batch is a few hundred short arguments.
+    auto digits = [](std::size_t n) {
+        std::size_t d = 1;
+        for (; n >= 10; n /= 10) ++d;
+        return d;
+    };
+    std::size_t size = 3 + digits(args.size());
+    for (const auto& a : args) size += 5 + digits(a.size()) + a.size();
+    auto at = out.size();
+    out.resize(at + size);
+    char* p = out.data() + at;
+    auto put_count = [&p](char mark, std::size_t n) {
+        *p++ = mark;
+        p = std::to_chars(p, p + 20, n).ptr;
+        *p++ = '\r';
+        *p++ = '\n';
+    };
+    put_count('*', args.size());
     for (const auto& a : args) {
-        out += '$';
-        out += std::to_string(a.size());
-        out += "\r\n";
-        out += a;
-        out += "\r\n";
+        put_count('$', a.size());
+        std::memcpy(p, a.data(), a.size());
+        p += a.size();
+        *p++ = '\r';
+        *p++ = '\n';
     }
 }
 
 namespace {
 
-Reply convert(const redisReply* r) {
-    Reply out;
-    switch (r->type) {
-        case REDIS_REPLY_STRING: out.type = Reply::Type::string; break;
-        case REDIS_REPLY_STATUS: out.type = Reply::Type::status; break;
-        case REDIS_REPLY_ERROR: out.type = Reply::Type::error; break;
-        case REDIS_REPLY_INTEGER: out.type = Reply::Type::integer; break;
-        case REDIS_REPLY_ARRAY: out.type = Reply::Type::array; break;
-        default: out.type = Reply::Type::nil; break;
+// hiredis's reader builds each reply straight into a Reply (its object functions): a reply of
+// n elements is one vector sized once, not n calloc'd redisReply objects copied out afterwards.
+// The reply belongs to the reader (its privdata) until next() moves it out.
+Reply* place(const redisReadTask* task) {
+    if (task->parent) return &static_cast<Reply*>(task->parent->obj)->elements[static_cast<std::size_t>(task->idx)];
+    auto* root = static_cast<Reply*>(task->privdata);
+    *root = Reply{};
+    return root;
+}
+
+void* make_string(const redisReadTask* task, char* text, std::size_t length) {
+    try {
+        auto* r = place(task);
+        r->type = task->type == REDIS_REPLY_ERROR    ? Reply::Type::error
+                  : task->type == REDIS_REPLY_STATUS ? Reply::Type::status
+                                                     : Reply::Type::string;
+        r->str.assign(text, length);
+        return r;
+    } catch (...) {
+        return nullptr;  // hiredis reports it as out of memory
     }
-    if (r->type == REDIS_REPLY_INTEGER) out.integer = r->integer;
-    if (r->str) out.str.assign(r->str, r->len);
-    if (r->type == REDIS_REPLY_ARRAY) {
-        out.elements.reserve(r->elements);
-        for (std::size_t i = 0; i < r->elements; ++i) out.elements.push_back(convert(r->element[i]));
+}
+
+void* make_array(const redisReadTask* task, int elements) {
+    try {
+        auto* r = place(task);
+        r->type = Reply::Type::array;
+        r->elements.resize(static_cast<std::size_t>(elements));
+        return r;
+    } catch (...) {
+        return nullptr;
     }
-    return out;
+}
+
+void* make_integer(const redisReadTask* task, long long value) {
+    auto* r = place(task);
+    r->type = Reply::Type::integer;
+    r->integer = value;
+    return r;
+}
+
+void* make_nil(const redisReadTask* task) { return place(task); }
+
+void leave_to_reader(void*) {}
+
+redisReplyObjectFunctions g_into_reply{make_string, make_array, make_integer, make_nil, leave_to_reader};
+
+redisReader* new_reader(Reply& root) {
+    auto* r = redisReaderCreateWithFunctions(&g_into_reply);
+    if (!r) throw std::bad_alloc();
+    r->privdata = &root;
+    return r;
 }
 
 }  // namespace
 
-ReplyReader::ReplyReader() : reader_(redisReaderCreate()) {
-    if (!reader_) throw std::bad_alloc();
+ReplyReader::ReplyReader() : reader_(new_reader(root_)) {}
+ReplyReader::~ReplyReader() {
+    if (reader_) redisReaderFree(static_cast<redisReader*>(reader_));
 }
-ReplyReader::~ReplyReader() { redisReaderFree(static_cast<redisReader*>(reader_)); }
 
 void ReplyReader::reset() {
     redisReaderFree(static_cast<redisReader*>(reader_));
-    reader_ = redisReaderCreate();
-    if (!reader_) throw std::bad_alloc();
+    reader_ = nullptr;
+    reader_ = new_reader(root_);
 }
 
 bool ReplyReader::feed(const char* data, std::size_t size) {
@@ -116,11 +167,10 @@ bool ReplyReader::feed(const char* data, std::size_t size) {
 }
 
 ReplyReader::Next ReplyReader::next(Reply& out) {
-    void* raw = nullptr;
-    if (redisReaderGetReply(static_cast<redisReader*>(reader_), &raw) != REDIS_OK) return Next::protocol_error;
-    if (!raw) return Next::incomplete;
-    out = convert(static_cast<redisReply*>(raw));
-    freeReplyObject(raw);
+    void* done = nullptr;
+    if (redisReaderGetReply(static_cast<redisReader*>(reader_), &done) != REDIS_OK) return Next::protocol_error;
+    if (!done) return Next::incomplete;
+    out = std::move(root_);
     return Next::reply;
 }
 

@@ -125,12 +125,20 @@ struct RedisStore::Shard {
     std::shared_ptr<Connection> settler;
 };
 
+/// What Redis answered a decision: the call's result and, when it went well in a call of many,
+/// the decision's verdict in that call's reply (which `call_reply` keeps).
+struct RedisStore::Answer {
+    Result result;
+    std::shared_ptr<const Reply> call_reply;
+    std::span<const Reply> verdict;
+};
+
 /// A decision waiting for the call that takes it with the others of its turn of the loop.
 struct RedisStore::Together {
     explicit Together(const net::any_io_executor& ex) : wake(ex, std::chrono::steady_clock::time_point::max()) {}
     std::vector<std::string> args;  // its own decide_call
-    Result result;
-    net::steady_timer wake;  // cancelled when result is there
+    Answer answer;
+    net::steady_timer wake;  // cancelled when the answer is there
 };
 
 struct RedisStore::Client {
@@ -615,12 +623,15 @@ net::awaitable<std::optional<Decision>> RedisStore::ask_redis(Client& client, st
     auto args = decide_call("", keys_, charges, windows, unix_now, commit, lease, lease_ms, script_now_us()).args;
     // A cluster decides each tenant on its own shard: one call each there. (Not a co_await in
     // each arm of ?:, which GCC 12 miscompiles: a double free.)
-    Result r;
-    if (commit && !options_.cluster) r = co_await decide_together(client, std::move(args));
-    else r = co_await call(client, std::move(args));
+    Answer answer;
+    if (commit && !options_.cluster) answer = co_await decide_together(client, std::move(args));
+    else answer.result = co_await call(client, std::move(args));
+    const auto& r = answer.result;
     if (r.ok()) {
         std::string error;
-        if (auto d = parse_decision(r.reply, charges, error)) {
+        auto d = answer.call_reply ? parse_decision(answer.verdict, charges, error)
+                                   : parse_decision(r.reply, charges, error);
+        if (d) {
             for (std::size_t i = 0; i < charges.size(); ++i) d->statuses[i].window = windows[i];
             if (!commit) {
                 for (auto& s : d->statuses) s.charged = false;
@@ -648,7 +659,7 @@ net::awaitable<std::optional<Decision>> RedisStore::ask_redis(Client& client, st
     co_return std::nullopt;
 }
 
-net::awaitable<Result> RedisStore::decide_together(Client& c, std::vector<std::string> args) {
+net::awaitable<RedisStore::Answer> RedisStore::decide_together(Client& c, std::vector<std::string> args) {
     auto waiting = std::make_shared<Together>(c.ex);
     waiting->args = std::move(args);
     c.together.push_back(waiting);
@@ -656,7 +667,7 @@ net::awaitable<Result> RedisStore::decide_together(Client& c, std::vector<std::s
     // loop read each reach their decision first, and go in the same call.
     if (c.together.size() == 1) net::post(c.ex, [this, &c] { send_together(c); });
     co_await waiting->wake.async_wait(k_use);
-    co_return std::move(waiting->result);
+    co_return std::move(waiting->answer);
 }
 
 void RedisStore::send_together(Client& c) {
@@ -672,17 +683,22 @@ void RedisStore::send_together(Client& c) {
 
 net::awaitable<void> RedisStore::decide_as_one(Client& c, std::vector<std::shared_ptr<Together>> part) {
     if (part.size() == 1) {
-        part.front()->result = co_await call(c, std::move(part.front()->args));
+        part.front()->answer.result = co_await call(c, std::move(part.front()->args));
     } else {
         std::vector<std::vector<std::string>> decisions;
         decisions.reserve(part.size());
         for (auto& w : part) decisions.push_back(std::move(w->args));
         auto r = co_await call(c, decide_many_call("", decisions).args);
-        auto each = r.ok() ? split_decisions(std::move(r.reply), decisions) : std::nullopt;
-        if (r.ok() && !each)
-            r = Result{CallError::none, Reply{Reply::Type::error, 0, "unexpected reply to decide_many", {}}};
+        // One reply for the call, each decision reading its own verdict in it.
+        std::shared_ptr<const Reply> reply;
+        std::optional<std::vector<std::span<const Reply>>> each;
+        if (r.ok()) {
+            reply = std::make_shared<const Reply>(std::move(r.reply));
+            each = split_decisions(*reply, decisions);
+            if (!each) r = Result{CallError::none, Reply{Reply::Type::error, 0, "unexpected reply to decide_many", {}}};
+        }
         for (std::size_t i = 0; i < part.size(); ++i)
-            part[i]->result = each ? Result{CallError::none, std::move((*each)[i])} : r;
+            part[i]->answer = each ? Answer{Result{}, reply, (*each)[i]} : Answer{r, nullptr, {}};
     }
     for (auto& w : part) w->wake.cancel();
 }

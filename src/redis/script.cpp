@@ -603,8 +603,8 @@ std::string KeySpace::marker(const limiter::Charge& charge) const { return tag(c
 
 std::string KeySpace::replicas() const { return std::string(prefix) + "replicas"; }
 
-std::vector<core::CalendarWindow> quota_windows(std::span<const limiter::Charge> charges, core::Nanos unix_now) {
-    std::vector<core::CalendarWindow> out(charges.size());
+QuotaWindows quota_windows(std::span<const limiter::Charge> charges, core::Nanos unix_now) {
+    QuotaWindows out(charges.size());
     for (std::size_t i = 0; i < charges.size(); ++i) {
         const auto& spec = *charges[i].spec;
         if (spec.algorithm == config::Algorithm::quota)
@@ -663,6 +663,11 @@ std::size_t all_keys(std::span<const std::vector<std::string>> calls) {
 void append_keys(std::vector<std::string>& a, std::span<const std::vector<std::string>> calls) {
     for (const auto& c : calls) a.insert(a.end(), c.begin() + 3, c.begin() + 3 + std::stol(c[2]));
 }
+/// Moves `from`'s elements [first, last) onto the end of `a`.
+void move_onto(std::vector<std::string>& a, std::vector<std::string>& from, std::size_t first, std::size_t last) {
+    a.insert(a.end(), std::make_move_iterator(from.begin() + static_cast<std::ptrdiff_t>(first)),
+             std::make_move_iterator(from.begin() + static_cast<std::ptrdiff_t>(last)));
+}
 /// The keys that more than one of `decisions` touches, each once.
 std::vector<std::string_view> repeated_keys(std::span<const std::vector<std::string>> decisions) {
     std::vector<std::string_view> keys;
@@ -678,40 +683,48 @@ std::size_t marker_index(const std::vector<std::string>& settlement) {
 }
 }  // namespace
 
-ScriptCall decide_many_call(std::string_view sha, std::span<const std::vector<std::string>> decisions) {
+ScriptCall decide_many_call(std::string_view sha, std::span<std::vector<std::string>> decisions) {
     // Each is decide_call's: EVALSHA sha n key... 'decide' time lease lease_ms item...
     ScriptCall call;
     auto& a = call.args;
+    std::size_t keys = 0, size = 7;
+    for (const auto& d : decisions) {
+        keys += std::stoul(d[2]);
+        size += d.size() - 4;
+    }
+    // The script reads and writes these once for the call (copied: their decisions' keys move).
+    auto views = repeated_keys(decisions);
+    std::vector<std::string> repeated(views.begin(), views.end());
+    a.reserve(size + repeated.size());
     a.emplace_back("EVALSHA");
     a.emplace_back(sha);
-    a.push_back(std::to_string(all_keys(decisions)));
-    append_keys(a, decisions);
+    a.push_back(std::to_string(keys));
+    for (auto& d : decisions) move_onto(a, d, 3, 3 + std::stoul(d[2]));
     a.emplace_back("decide_many");
     // One time for all, as in one call (Redis TIME, unless a test's clock gave one): the first's.
     a.push_back(decisions.empty() ? std::string() : decisions.front()[3 + std::stoul(decisions.front()[2]) + 1]);
-    // The script reads and writes these once for the call.
-    auto repeated = repeated_keys(decisions);
     a.push_back(std::to_string(repeated.size()));
-    a.insert(a.end(), repeated.begin(), repeated.end());
-    for (const auto& d : decisions) {
+    move_onto(a, repeated, 0, repeated.size());
+    for (auto& d : decisions) {
         a.push_back(d[2]);
-        a.insert(a.end(), d.begin() + 3 + std::stol(d[2]) + 2, d.end());  // lease, lease_ms, items
+        move_onto(a, d, 3 + std::stoul(d[2]) + 2, d.size());  // lease, lease_ms, items
     }
     return call;
 }
 
-std::optional<std::vector<Reply>> split_decisions(Reply reply, std::span<const std::vector<std::string>> decisions) {
-    std::size_t total = 0;
-    for (const auto& d : decisions) total += 2 + 6 * std::stoul(d[2]);
-    if (reply.type != Reply::Type::array || reply.elements.size() != total) return std::nullopt;
-    std::vector<Reply> each(decisions.size());
-    auto next = reply.elements.begin();
-    for (std::size_t i = 0; i < decisions.size(); ++i) {
-        auto end = next + static_cast<std::ptrdiff_t>(2 + 6 * std::stoul(decisions[i][2]));
-        each[i].type = Reply::Type::array;
-        each[i].elements.assign(std::make_move_iterator(next), std::make_move_iterator(end));
-        next = end;
+std::optional<std::vector<std::span<const Reply>>> split_decisions(
+    const Reply& reply, std::span<const std::vector<std::string>> decisions) {
+    if (reply.type != Reply::Type::array) return std::nullopt;
+    std::vector<std::span<const Reply>> each;
+    each.reserve(decisions.size());
+    std::span<const Reply> rest(reply.elements);
+    for (const auto& d : decisions) {
+        auto size = 2 + 6 * std::stoul(d[2]);
+        if (size > rest.size()) return std::nullopt;
+        each.push_back(rest.first(size));
+        rest = rest.subspan(size);
     }
+    if (!rest.empty()) return std::nullopt;
     return each;
 }
 
@@ -866,15 +879,23 @@ ScriptCall heartbeat_call(std::string_view sha, const KeySpace& keys, std::strin
 
 std::optional<limiter::Decision> parse_decision(const Reply& reply, std::span<const limiter::Charge> charges,
                                                 std::string& error) {
-    if (reply.type != Reply::Type::array || reply.elements.size() != 2 + 6 * charges.size() ||
-        !is_integer(reply.elements[1])) {
+    if (reply.type != Reply::Type::array) {
+        error = "redis script: unexpected decision reply";
+        return std::nullopt;
+    }
+    return parse_decision(std::span<const Reply>(reply.elements), charges, error);
+}
+
+std::optional<limiter::Decision> parse_decision(std::span<const Reply> verdict,
+                                                std::span<const limiter::Charge> charges, std::string& error) {
+    if (verdict.size() != 2 + 6 * charges.size() || !is_integer(verdict[1])) {
         error = "redis script: unexpected decision reply";
         return std::nullopt;
     }
     limiter::Decision d;
     d.statuses.resize(charges.size());
     for (std::size_t i = 0; i < charges.size(); ++i) {
-        const auto* e = &reply.elements[2 + 6 * i];
+        const auto* e = &verdict[2 + 6 * i];
         auto remaining = number_of(e[1]);
         auto added = number_of(e[5]);
         if (!is_integer(e[0]) || !remaining || !is_integer(e[2]) || !is_integer(e[3]) || !is_integer(e[4]) || !added) {
@@ -896,7 +917,7 @@ std::optional<limiter::Decision> parse_decision(const Reply& reply, std::span<co
         else s.quota_added = *added;
     }
     limiter::resolve(d);
-    if (d.allowed != (reply.elements[1].integer != 0)) {
+    if (d.allowed != (verdict[1].integer != 0)) {
         error = "redis script: its verdict disagrees with the limits' verdicts";
         return std::nullopt;
     }

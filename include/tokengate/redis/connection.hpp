@@ -22,7 +22,7 @@ class ClientContext;
 
 namespace tokengate::redis {
 
-/// A RESP reply, copied out of hiredis's reader so it owns its memory.
+/// A RESP reply, built by hiredis's reader and owning its memory.
 struct Reply {
     enum class Type { nil, string, status, error, integer, array };
     Type type = Type::nil;
@@ -74,6 +74,7 @@ public:
     void reset();
 
 private:
+    Reply root_;  // the reply being read (before reader_: hiredis points at it)
     void* reader_;
 };
 

@@ -170,9 +170,10 @@ private:
     boost::asio::awaitable<limiter::Decision> run_decision(std::span<const limiter::Charge> charges, bool commit);
     /// A committing decision's call, made together with the others this worker has in the same
     /// turn of its loop: one decide_many call for them all (one plain call when alone).
+    struct Answer;
     struct Together;
     static constexpr std::size_t k_together_max = 64;
-    boost::asio::awaitable<Result> decide_together(Client& client, std::vector<std::string> args);
+    boost::asio::awaitable<Answer> decide_together(Client& client, std::vector<std::string> args);
     void send_together(Client& client);
     boost::asio::awaitable<void> decide_as_one(Client& client, std::vector<std::shared_ptr<Together>> part);
     /// The decision of `charges` in Redis; nothing if Redis did not answer (failure noted).

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <boost/container/small_vector.hpp>
+
 #include <optional>
 #include <span>
 #include <string>
@@ -47,7 +49,8 @@ struct ScriptCall {
 };
 
 /// The calendar window each quota charge falls in at `unix_now` (other charges: empty).
-std::vector<core::CalendarWindow> quota_windows(std::span<const limiter::Charge> charges, core::Nanos unix_now);
+using QuotaWindows = boost::container::small_vector<core::CalendarWindow, 6>;  // inline, as config::Charges
+QuotaWindows quota_windows(std::span<const limiter::Charge> charges, core::Nanos unix_now);
 
 /// EVALSHA for a decision over `charges` (op "decide" or "peek"). `now_us` < 0: Redis TIME.
 /// Quotas are decided in `windows` (quota_windows at the gateway's `unix_now`).
@@ -57,11 +60,13 @@ ScriptCall decide_call(std::string_view sha, const KeySpace& keys, std::span<con
 /// One EVALSHA deciding `decisions` (each a committing decide_call's arguments) in order, each
 /// on its own as if it were its own call: its reply is their replies' elements one after
 /// another (split_decisions parts them). Mode standalone and sentinel only (their keys are many
-/// tenants', so many slots).
-ScriptCall decide_many_call(std::string_view sha, std::span<const std::vector<std::string>> decisions);
-/// The reply to a decide_many_call as each decision's own reply (an array of 2 + 6 elements a
-/// limit), in order; nullopt if it is not as long as their replies together.
-std::optional<std::vector<Reply>> split_decisions(Reply reply, std::span<const std::vector<std::string>> decisions);
+/// tenants', so many slots). Their keys and items move into the call; each one's key count
+/// stays, for split_decisions.
+ScriptCall decide_many_call(std::string_view sha, std::span<std::vector<std::string>> decisions);
+/// The reply to a decide_many_call as each decision's own verdict (2 + 6 elements a limit,
+/// views into `reply`), in order; nullopt if it is not as long as their verdicts together.
+std::optional<std::vector<std::span<const Reply>>> split_decisions(const Reply& reply,
+                                                                   std::span<const std::vector<std::string>> decisions);
 /// EVALSHA settling the charges that need it (none: no call, empty args); a quota in the
 /// window it was charged in. Its marker is unsealed: it goes to Redis in a batch
 /// (seal_markers, settle_batch_call).
@@ -102,6 +107,9 @@ ScriptCall heartbeat_call(std::string_view sha, const KeySpace& keys, std::strin
 /// malformed reply, nothing, and `error` says what was wrong.
 std::optional<limiter::Decision> parse_decision(const Reply& reply, std::span<const limiter::Charge> charges,
                                                 std::string& error);
+/// The same, from a verdict's elements (one of split_decisions's).
+std::optional<limiter::Decision> parse_decision(std::span<const Reply> verdict,
+                                                std::span<const limiter::Charge> charges, std::string& error);
 
 /// EVALSHA for a waiter in a ranked shaping queue ('p'): whether its place (`ticket` of the
 /// decision's `lease`) has come, or (`leave`) giving it back.

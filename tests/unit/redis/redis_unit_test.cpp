@@ -88,6 +88,34 @@ TEST(Resp, EncodesCommandsAndReadsRepliesInPieces) {
     EXPECT_FALSE(reader.error().empty());
 }
 
+// The reader builds replies straight into Reply (hiredis's object functions): nested arrays
+// (CLUSTER SLOTS, ROLE) each in their parent's place, a reply left half-read by a reset gone.
+TEST(Resp, ReadsNestedRepliesIntoTheirPlaces) {
+    ReplyReader reader;
+    std::string wire = "*3\r\n*2\r\n:1\r\n*1\r\n+OK\r\n*0\r\n*-1\r\n";
+    reader.feed(wire.data(), wire.size());
+    Reply r;
+    ASSERT_EQ(reader.next(r), ReplyReader::Next::reply);
+    ASSERT_EQ(r.elements.size(), 3u);
+    ASSERT_EQ(r.elements[0].elements.size(), 2u);
+    EXPECT_EQ(r.elements[0].elements[0].integer, 1);
+    ASSERT_EQ(r.elements[0].elements[1].elements.size(), 1u);
+    EXPECT_EQ(r.elements[0].elements[1].elements[0].type, Reply::Type::status);
+    EXPECT_EQ(r.elements[0].elements[1].elements[0].str, "OK");
+    EXPECT_EQ(r.elements[1].type, Reply::Type::array);
+    EXPECT_TRUE(r.elements[1].elements.empty());
+    EXPECT_EQ(r.elements[2].type, Reply::Type::nil);
+
+    reader.feed("*2\r\n:5\r\n", 8);
+    EXPECT_EQ(reader.next(r), ReplyReader::Next::incomplete);
+    reader.reset();  // a reconnect: the half-read reply is dropped
+    reader.feed(":9\r\n", 4);
+    ASSERT_EQ(reader.next(r), ReplyReader::Next::reply);
+    EXPECT_EQ(r.type, Reply::Type::integer);
+    EXPECT_EQ(r.integer, 9);
+    EXPECT_TRUE(r.elements.empty());
+}
+
 TEST(ScriptCalls, SettleOnlyWhatSettlementChanges) {
     config::LimitSpec requests, tokens, slots;
     requests.name = "requests";
@@ -138,14 +166,17 @@ TEST(RedisScript, DecisionsTakenTogetherKeepEachOnesArguments) {
         {"EVALSHA", "s", "2", "k1", "k2", "decide", "",  "L1", "600000", "r", "10", "1", "1",
          "1",       "1", "0", "0",  "r",  "20",     "2", "1",  "1",      "1", "0",  "0"},
         {"EVALSHA", "s", "1", "k3", "decide", "", "L2", "600000", "c", "4", "0", "1", "1", "0", "0", "0"}};
+    // Copied first: a call takes its decisions' keys and items (their key counts stay).
+    std::vector<std::vector<std::string>> same_tenant{decisions[0], decisions[0], decisions[0], decisions[1]};
     auto call = decide_many_call("sha", decisions).args;
     std::vector<std::string> expected{"EVALSHA", "sha",    "3", "k1", "k2", "k3", "decide_many", "",  "0", "2",
                                       "L1",      "600000", "r", "10", "1",  "1",  "1",           "1", "0", "0",
                                       "r",       "20",     "2", "1",  "1",  "1",  "0",           "0", "1", "L2",
                                       "600000",  "c",      "4", "0",  "1",  "1",  "0",           "0", "0"};
     EXPECT_EQ(call, expected);
+    EXPECT_EQ(decisions[0][2], "2");
+    EXPECT_EQ(decisions[1][2], "1");
     // Keys that more than one decision touches are named once, after the time and their count.
-    std::vector<std::vector<std::string>> same_tenant{decisions[0], decisions[0], decisions[0], decisions[1]};
     auto shared = decide_many_call("sha", same_tenant).args;
     ASSERT_GE(shared.size(), 19u);
     EXPECT_EQ(shared[2], "7");
@@ -160,11 +191,11 @@ TEST(RedisScript, DecisionsTakenTogetherKeepEachOnesArguments) {
     auto each = split_decisions(flat, decisions);
     ASSERT_TRUE(each);
     ASSERT_EQ(each->size(), 2u);
-    ASSERT_EQ((*each)[0].elements.size(), 14u);
-    ASSERT_EQ((*each)[1].elements.size(), 8u);
-    EXPECT_EQ((*each)[0].elements[13].integer, 13);
-    EXPECT_EQ((*each)[1].elements[0].integer, 14);
-    EXPECT_EQ((*each)[1].elements[7].integer, 21);
+    ASSERT_EQ((*each)[0].size(), 14u);
+    ASSERT_EQ((*each)[1].size(), 8u);
+    EXPECT_EQ((*each)[0][13].integer, 13);
+    EXPECT_EQ((*each)[1][0].integer, 14);
+    EXPECT_EQ((*each)[1][7].integer, 21);
     // One element short or over, or no array: not taken apart at a guess.
     auto short_flat = flat;
     short_flat.elements.pop_back();
