@@ -20,8 +20,11 @@ double LeaseBook::lease_size(const Charge& charge) const {
 }
 
 LeaseBook::Lease& LeaseBook::lease_of(const Charge& charge) {
-    auto [it, made] = leases_.try_emplace(std::string(charge.key.view()));
-    if (made) it->second.charge = charge;
+    auto it = leases_.find(charge.key.view());
+    if (it == leases_.end()) {
+        it = leases_.try_emplace(std::string(charge.key.view())).first;
+        it->second.charge = charge;
+    }
     it->second.charge.spec = charge.spec;  // a reload's spec: the lease keeps its units
     return it->second;
 }
@@ -96,7 +99,7 @@ void LeaseBook::granted(const Charge& charge, double amount, double shared_level
 
 bool LeaseBook::waiting_for_refill(const Charge& charge) const {
     std::lock_guard lock(mutex_);
-    auto it = leases_.find(std::string(charge.key.view()));
+    auto it = leases_.find(charge.key.view());
     return it != leases_.end() && clock_.now() < it->second.empty_until;
 }
 
@@ -104,7 +107,7 @@ limiter::Verdict LeaseBook::verdict(const Charge& charge, bool admitted) const {
     limiter::Verdict v;
     v.admitted = admitted;
     std::lock_guard lock(mutex_);
-    auto it = leases_.find(std::string(charge.key.view()));
+    auto it = leases_.find(charge.key.view());
     double left = it == leases_.end() ? 0 : it->second.left;
     double shared = it == leases_.end() ? 0 : it->second.shared_level;
     const auto& spec = *charge.spec;

@@ -366,8 +366,12 @@ double RedisStore::script_now_us() const {
 std::string RedisStore::next_lease() {
     auto n = lease_counter_.fetch_add(1, std::memory_order_relaxed);
     char buf[24];
-    std::snprintf(buf, sizeof buf, ".%llx", static_cast<unsigned long long>(n));
-    return replica_id_ + buf;
+    auto length = std::snprintf(buf, sizeof buf, ".%llx", static_cast<unsigned long long>(n));
+    std::string lease;
+    lease.reserve(replica_id_.size() + static_cast<std::size_t>(length));  // one allocation
+    lease += replica_id_;
+    lease.append(buf, static_cast<std::size_t>(length));
+    return lease;
 }
 
 net::awaitable<Result> RedisStore::call(Client& c, std::vector<std::string> args) {

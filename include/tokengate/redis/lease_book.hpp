@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tokengate/core/clock.hpp"
+#include "tokengate/core/hash.hpp"
 #include "tokengate/limiter/decision.hpp"
 
 namespace tokengate::redis {
@@ -80,7 +81,8 @@ private:
     core::Nanos min_period_;
     const core::Clock& clock_;
     mutable std::mutex mutex_;
-    std::unordered_map<std::string, Lease> leases_;
+    // Found by the charge's key as a view: a request's leased charges are looked up ~9 times.
+    std::unordered_map<std::string, Lease, core::StringViewHash, std::equal_to<>> leases_;
 };
 
 }  // namespace tokengate::redis
