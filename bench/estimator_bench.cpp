@@ -40,6 +40,21 @@ void BM_HeuristicEstimate(benchmark::State& state) {
 }
 BENCHMARK(BM_HeuristicEstimate)->Unit(benchmark::kMillisecond);
 
+// One kind of text at a time: English and code are ASCII (read 64 bytes at a time), Chinese
+// and the mixed chat are read byte by byte where they are not.
+void BM_HeuristicEstimateOf(benchmark::State& state, const char* file) {
+    std::ifstream in(std::filesystem::path(TOKENGATE_CORPUS) / file);
+    std::ostringstream s;
+    s << in.rdbuf();
+    auto text = s.str();
+    for (auto _ : state) benchmark::DoNotOptimize(tokengate::cost::estimate_tokens(text));
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * text.size()));
+}
+BENCHMARK_CAPTURE(BM_HeuristicEstimateOf, english, "english.txt");
+BENCHMARK_CAPTURE(BM_HeuristicEstimateOf, code, "code.txt");
+BENCHMARK_CAPTURE(BM_HeuristicEstimateOf, chinese, "chinese.txt");
+BENCHMARK_CAPTURE(BM_HeuristicEstimateOf, mixed_chat, "mixed_chat.txt");
+
 void BM_BpeCount(benchmark::State& state) {
     const char* path = std::getenv("TOKENGATE_TIKTOKEN");
     if (!path || !std::filesystem::exists(path)) {
