@@ -8,6 +8,7 @@
 
 #include "heap_counter.hpp"
 #include "proxied_loop.hpp"
+#include "redis_batch.hpp"
 
 namespace tokengate::testing {
 namespace {
@@ -52,6 +53,20 @@ TEST(Allocations, AProxiedStreamStaysUnderItsCeiling) {
     ASSERT_GE(per, 0) << "an exchange failed";
     RecordProperty("allocations_per_request", std::to_string(per));
     EXPECT_LE(per, 0.5) << "0.02 measured on 2026-12-05: what added one?";
+}
+
+// The gateway's side of a batch of Redis decisions (SPEC §18): per decision its arguments (the
+// vector, and two keys past the short-string buffer) and the reply's one number sent as text,
+// plus the call's own vectors shared by its 20.
+TEST(Allocations, ADecisionTakenWithOthersOnRedisStaysUnderItsCeiling) {
+    RedisBatch batch(20);
+    count_this_thread();
+    ASSERT_TRUE(batch.run());
+    auto before = heap_allocations.load();
+    for (int i = 0; i < 50; ++i) ASSERT_TRUE(batch.run());
+    auto per = static_cast<double>(heap_allocations.load() - before) / (50.0 * static_cast<double>(batch.size()));
+    RecordProperty("allocations_per_decision", std::to_string(per));
+    EXPECT_LE(per, 6) << "4.95 measured on 2026-12-06 (24.95 before hiredis built replies in place): what added one?";
 }
 
 }  // namespace
