@@ -11,6 +11,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <stdexcept>
@@ -95,11 +96,18 @@ void encode_command(std::string& out, std::span<const std::string> args) {
 
 namespace {
 
-// hiredis's reader builds each reply straight into a Reply (its object functions): a reply of
-// n elements is one vector sized once, not n calloc'd redisReply objects copied out afterwards.
-// The reply belongs to the reader (its privdata) until next() moves it out.
+// hiredis's reader builds each reply straight into a Reply (its object functions), not into
+// calloc'd redisReply objects copied out afterwards. The reply belongs to the reader (its
+// privdata) until next() moves it out. An array's elements are added as they arrive (hiredis
+// reads depth-first, so a moved sibling is always a finished one): its announced size is only
+// reserved up to k_reserved, so "*1000000000" costs what its bytes do, not gigabytes at once.
+constexpr std::size_t k_reserved = 1024;
+
 Reply* place(const redisReadTask* task) {
-    if (task->parent) return &static_cast<Reply*>(task->parent->obj)->elements[static_cast<std::size_t>(task->idx)];
+    if (task->parent) {
+        auto& siblings = static_cast<Reply*>(task->parent->obj)->elements;
+        return &siblings.emplace_back();
+    }
     auto* root = static_cast<Reply*>(task->privdata);
     *root = Reply{};
     return root;
@@ -122,7 +130,7 @@ void* make_array(const redisReadTask* task, int elements) {
     try {
         auto* r = place(task);
         r->type = Reply::Type::array;
-        r->elements.resize(static_cast<std::size_t>(elements));
+        r->elements.reserve(std::min(static_cast<std::size_t>(elements), k_reserved));
         return r;
     } catch (...) {
         return nullptr;
@@ -130,13 +138,23 @@ void* make_array(const redisReadTask* task, int elements) {
 }
 
 void* make_integer(const redisReadTask* task, long long value) {
-    auto* r = place(task);
-    r->type = Reply::Type::integer;
-    r->integer = value;
-    return r;
+    try {
+        auto* r = place(task);
+        r->type = Reply::Type::integer;
+        r->integer = value;
+        return r;
+    } catch (...) {
+        return nullptr;
+    }
 }
 
-void* make_nil(const redisReadTask* task) { return place(task); }
+void* make_nil(const redisReadTask* task) {
+    try {
+        return place(task);
+    } catch (...) {
+        return nullptr;
+    }
+}
 
 void leave_to_reader(void*) {}
 

@@ -1,4 +1,7 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
 
 #include "tokengate/redis/breaker.hpp"
 #include "tokengate/redis/connection.hpp"
@@ -114,6 +117,31 @@ TEST(Resp, ReadsNestedRepliesIntoTheirPlaces) {
     EXPECT_EQ(r.type, Reply::Type::integer);
     EXPECT_EQ(r.integer, 9);
     EXPECT_TRUE(r.elements.empty());
+}
+
+long resident_kib() {
+    std::ifstream statm("/proc/self/statm");
+    long pages = 0, resident = 0;
+    statm >> pages >> resident;
+    return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+// A Redis (or whatever answers on its port) that announces a billion elements and sends two
+// gets two elements' worth of memory, not gigabytes at the announcement.
+TEST(Resp, AnAnnouncedSizeIsNotAllocatedAhead) {
+    ReplyReader reader;
+    auto before = resident_kib();
+    std::string wire = "*1000000000\r\n:1\r\n*300000000\r\n:2\r\n";
+    reader.feed(wire.data(), wire.size());
+    Reply r;
+    EXPECT_EQ(reader.next(r), ReplyReader::Next::incomplete);
+    EXPECT_LT(resident_kib() - before, 64 * 1024) << "KiB resident after the announcement";
+    reader.reset();
+    std::string small = "*2\r\n:1\r\n:2\r\n";
+    reader.feed(small.data(), small.size());
+    ASSERT_EQ(reader.next(r), ReplyReader::Next::reply);
+    ASSERT_EQ(r.elements.size(), 2u);
+    EXPECT_EQ(r.elements[1].integer, 2);
 }
 
 TEST(ScriptCalls, SettleOnlyWhatSettlementChanges) {
