@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # The memory store against the Redis store, in one run, on this machine (issue 5's benchmark).
 #   bench/run-redis-bench.sh [seconds per run, default 8]
+#   BENCH_ROUNDS=N: each memory row and the Redis rows after it N times over, then each
+#     store's median ratio and Redis CPU per request (this box's req/s moves by a third
+#     between runs a minute apart: one pair of rows says little).
+#   BENCH_STORES="redis+leases": only those Redis rows (default: redis redis+quota redis+leases).
 # Same realistic config for both (tenant requests + tokens with unit: cost, ip, route and
 # global limits; 100 tenants), nginx serving a fixed chat completion as the upstream, a
 # redis-server of its own. Prints req/s, latency, the ratio to the memory store, and the
@@ -16,6 +20,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-8}
+rounds=${BENCH_ROUNDS:-1}
+stores=${BENCH_STORES:-redis redis+quota redis+leases}
 source bench/lib.sh tokengate-redis-bench redis-server
 
 start_static_completion
@@ -61,11 +67,13 @@ for workers in 1 2; do
   read -r q_port q_pid < <(start_tokengate "quota-$workers" "$workers" redis+quota)
   read -r l_port l_pid < <(start_tokengate "leases-$workers" "$workers" redis+leases)
   wait_port "$m_port"; wait_port "$r_port"; wait_port "$q_port"; wait_port "$l_port"
+  declare -A port_of=([redis]=$r_port [redis+quota]=$q_port [redis+leases]=$l_port)
   for conns in 64 256; do
+   for _ in $(seq "$rounds"); do
     read -r _ m_rps m_p50 m_p99 m_bad _ _ < <(run_wrk "$m_port" "$conns")
     row memory "$workers" "$conns" "$m_rps" "$m_p50" "$m_p99" "$m_bad" "1.00" "-" "-" "-" "-" "-"
-    for shared in "redis $r_port" "redis+quota $q_port" "redis+leases $l_port"; do
-      read -r name p <<< "$shared"
+    for name in $stores; do
+      p=${port_of[$name]}
       redis CONFIG RESETSTAT > /dev/null
       cpu_before=$(redis_cpu)
       read -r _ r_rps r_p50 r_p99 r_bad r_total _ < <(run_wrk "$p" "$conns")
@@ -79,8 +87,23 @@ for workers in 1 2; do
       cpu_req=$(python3 -c "print(f'{1e6*($cpu_after-$cpu_before)/max($r_total,1):.1f}')")
       shard_max=$(python3 -c "print(f'{$r_total/max($cpu_after-$cpu_before,1e-9):.0f}')")
       row "$name" "$workers" "$conns" "$r_rps" "$r_p50" "$r_p99" "$r_bad" "$ratio" "$per_req" "$redis_busy" "$us_req" "$cpu_req" "$shard_max"
+      echo "$name $workers $conns $ratio $cpu_req" >> "$work/rounds.txt"
     done
+   done
   done
   kill "$m_pid" "$r_pid" "$q_pid" "$l_pid" 2>/dev/null || true; sleep 0.3
 done
+if [ "$rounds" -gt 1 ]; then
+  echo "medians over $rounds rounds (store workers conns: x memory, redis us/req):"
+  python3 - "$work/rounds.txt" <<'PY'
+import collections, statistics, sys
+runs = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    name, workers, conns, ratio, cpu = line.split()
+    runs[(name, workers, conns)].append((float(ratio), float(cpu)))
+for (name, workers, conns), r in runs.items():
+    print(f"  {name} {workers} {conns}: {statistics.median(x for x, _ in r):.2f}, {statistics.median(c for _, c in r):.1f}"
+          f" (ratios {' '.join(f'{x:.2f}' for x, _ in r)})")
+PY
+fi
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB; $(date -u +%Y-%m-%d); wrk -t2, ${secs}s per run; redis-server $(redis-server --version | grep -o 'v=[0-9.]*'); logs in $work with BENCH_KEEP=1"
