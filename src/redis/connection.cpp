@@ -113,47 +113,43 @@ Reply* place(const redisReadTask* task) {
     return root;
 }
 
-void* make_string(const redisReadTask* task, char* text, std::size_t length) {
+/// `fill`s the reply's place; a failure (out of memory) is nullptr, which hiredis reports.
+template <class Fill>
+void* build(const redisReadTask* task, Fill fill) {
     try {
         auto* r = place(task);
-        r->type = task->type == REDIS_REPLY_ERROR    ? Reply::Type::error
-                  : task->type == REDIS_REPLY_STATUS ? Reply::Type::status
-                                                     : Reply::Type::string;
-        r->str.assign(text, length);
+        fill(*r);
         return r;
     } catch (...) {
-        return nullptr;  // hiredis reports it as out of memory
+        return nullptr;
     }
+}
+
+void* make_string(const redisReadTask* task, char* text, std::size_t length) {
+    return build(task, [&](Reply& r) {
+        r.type = task->type == REDIS_REPLY_ERROR    ? Reply::Type::error
+                 : task->type == REDIS_REPLY_STATUS ? Reply::Type::status
+                                                    : Reply::Type::string;
+        r.str.assign(text, length);
+    });
 }
 
 void* make_array(const redisReadTask* task, int elements) {
-    try {
-        auto* r = place(task);
-        r->type = Reply::Type::array;
-        r->elements.reserve(std::min(static_cast<std::size_t>(elements), k_reserved));
-        return r;
-    } catch (...) {
-        return nullptr;
-    }
+    return build(task, [&](Reply& r) {
+        r.type = Reply::Type::array;
+        r.elements.reserve(std::min(static_cast<std::size_t>(elements), k_reserved));
+    });
 }
 
 void* make_integer(const redisReadTask* task, long long value) {
-    try {
-        auto* r = place(task);
-        r->type = Reply::Type::integer;
-        r->integer = value;
-        return r;
-    } catch (...) {
-        return nullptr;
-    }
+    return build(task, [&](Reply& r) {
+        r.type = Reply::Type::integer;
+        r.integer = value;
+    });
 }
 
 void* make_nil(const redisReadTask* task) {
-    try {
-        return place(task);
-    } catch (...) {
-        return nullptr;
-    }
+    return build(task, [](Reply&) {});
 }
 
 void leave_to_reader(void*) {}

@@ -687,18 +687,15 @@ ScriptCall decide_many_call(std::string_view sha, std::span<std::vector<std::str
     // Each is decide_call's: EVALSHA sha n key... 'decide' time lease lease_ms item...
     ScriptCall call;
     auto& a = call.args;
-    std::size_t keys = 0, size = 7;
-    for (const auto& d : decisions) {
-        keys += std::stoul(d[2]);
-        size += d.size() - 4;
-    }
+    std::size_t size = 7;
+    for (const auto& d : decisions) size += d.size() - 4;
     // The script reads and writes these once for the call (copied: their decisions' keys move).
     auto views = repeated_keys(decisions);
     std::vector<std::string> repeated(views.begin(), views.end());
     a.reserve(size + repeated.size());
     a.emplace_back("EVALSHA");
     a.emplace_back(sha);
-    a.push_back(std::to_string(keys));
+    a.push_back(std::to_string(all_keys(decisions)));
     for (auto& d : decisions) move_onto(a, d, 3, 3 + std::stoul(d[2]));
     a.emplace_back("decide_many");
     // One time for all, as in one call (Redis TIME, unless a test's clock gave one): the first's.
