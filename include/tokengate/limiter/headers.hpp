@@ -1,13 +1,12 @@
 #pragma once
 
-#include <boost/container/small_vector.hpp>
-
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "tokengate/core/inline_string.hpp"
+#include "tokengate/core/recycled.hpp"
 #include "tokengate/limiter/decision.hpp"
 
 namespace tokengate::limiter {
@@ -21,12 +20,13 @@ struct HeaderField {
 /// admission: X-RateLimit-*, IETF RateLimit-Policy/RateLimit, OpenAI x-ratelimit-*-requests /
 /// -tokens, and Retry-After on a refusal that could ever pass. `anthropic` adds Anthropic's
 /// anthropic-ratelimit-requests-* / -tokens-* (SPEC §20: reset as an RFC 3339 instant).
-/// Out: a std::vector, or HeaderFields (inline) on the request path.
+/// Out: a std::vector, or HeaderFields (recycled) on the request path.
 template <typename Out = std::vector<HeaderField>>
 Out rate_limit_headers(const Decision& decision, core::Nanos unix_now, bool anthropic = false);
 
-/// A response's rate-limit headers, held inline: a dozen, 19 at most (SPEC §19).
-using HeaderFields = boost::container::small_vector<HeaderField, 13>;
+/// A response's rate-limit headers: a dozen, 19 at most (SPEC §19). In a recycled block, not
+/// inline: stage hands them to stage (decision, permit, refusal) by moving one pointer.
+using HeaderFields = std::vector<HeaderField, core::RecyclingAllocator<HeaderField>>;
 extern template std::vector<HeaderField> rate_limit_headers(const Decision&, core::Nanos, bool);
 extern template HeaderFields rate_limit_headers(const Decision&, core::Nanos, bool);
 
