@@ -68,7 +68,19 @@ void append_json_number(std::string& out, double value) {
         return;
     }
     char buf[32];
-    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
+    auto* end = buf;
+    if (value != 0 && value == std::trunc(value) && std::fabs(value) < 0x1p53) {
+        // Whole numbers (costs, token counts) as integers: a tenth of the shortest-double search.
+        // The same text as to_chars(double): scientific only where shorter ("1e+05", "1.5e+06").
+        end = std::to_chars(buf, buf + sizeof buf, static_cast<std::int64_t>(value)).ptr;
+        std::string_view whole(buf, static_cast<std::size_t>(end - buf));
+        std::size_t sign = value < 0 ? 1 : 0;
+        std::size_t digits = whole.size() - sign;
+        std::size_t significant = whole.find_last_not_of('0') + 1 - sign;
+        if (significant + (significant > 1 ? 1 : 0) + 4 < digits) end = std::to_chars(buf, buf + sizeof buf, value).ptr;
+    } else {
+        end = std::to_chars(buf, buf + sizeof buf, value).ptr;
+    }
     std::string_view text(buf, static_cast<std::size_t>(end - buf));
     out.append(text);
     if (text.find_first_of(".en") == std::string_view::npos) out += ".0";

@@ -1,6 +1,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <charconv>
+#include <string>
+#include <vector>
+
 #include "tokengate/core/json_writer.hpp"
 
 namespace tokengate::core {
@@ -40,6 +44,49 @@ TEST(JsonWriter, NestsAnObjectInPlace) {
     w.integer("n", 1);
     w.close();
     EXPECT_EQ(out, R"({"error":{"code":"x","param":null},"n":1})");
+}
+
+// Whole numbers take a faster path: the text must stay what the shortest double gives.
+TEST(JsonWriter, WholeNumbersReadAsTheShortestDoubleWrites) {
+    auto shortest = [](double v) {
+        char buf[32];
+        auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+        std::string text(buf, end);
+        if (text.find_first_of(".en") == std::string::npos) text += ".0";
+        return text;
+    };
+    std::vector<double> values{1,
+                               -1,
+                               9,
+                               10,
+                               11,
+                               99999,
+                               100000,
+                               -100000,
+                               120000,
+                               123000,
+                               1230000,
+                               1500000,
+                               1e15,
+                               1e15 + 1,
+                               9007199254740991.0,
+                               9007199254740992.0,
+                               -9007199254740991.0,
+                               1e16,
+                               1e300,
+                               0.5,
+                               -0.0,
+                               0.0,
+                               180,
+                               230,
+                               192};
+    for (double v = 1; v < 1e17; v = v * 7 + 3) values.push_back(v);
+    for (double v = 1000; v < 1e17; v *= 10) values.push_back(v), values.push_back(v * 25), values.push_back(-v * 3);
+    for (double v : values) {
+        std::string out;
+        append_json_number(out, v);
+        EXPECT_EQ(out, shortest(v)) << v;
+    }
 }
 
 }  // namespace
