@@ -1,12 +1,12 @@
 #pragma once
 
-#include <boost/container/small_vector.hpp>
-
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tokengate/config/config.hpp"
 #include "tokengate/core/inline_string.hpp"
+#include "tokengate/core/recycled.hpp"
 
 namespace tokengate::config {
 
@@ -42,7 +42,8 @@ struct Charge {
     core::CalendarWindow window = {};        // quota: the window the store charged (filled by the decision)
 };
 
-/// A request's charges, held inline: a request meets a handful of limits (SPEC §19).
-using Charges = boost::container::small_vector<Charge, 6>;
+/// A request's charges: a handful (SPEC §19), in one recycled block, so that a stage hands them
+/// on (admission, permit) by moving a pointer, not six 150-byte charges.
+using Charges = std::vector<Charge, core::RecyclingAllocator<Charge>>;
 
 }  // namespace tokengate::config

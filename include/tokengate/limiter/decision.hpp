@@ -1,7 +1,5 @@
 #pragma once
 
-#include <boost/container/small_vector.hpp>
-
 #include <functional>
 #include <span>
 #include <string>
@@ -9,6 +7,7 @@
 
 #include "tokengate/config/charge.hpp"
 #include "tokengate/config/config.hpp"
+#include "tokengate/core/recycled.hpp"
 #include "tokengate/limiter/rate_bucket.hpp"
 #include "tokengate/limiter/shape_queue.hpp"
 
@@ -49,7 +48,7 @@ struct Decision {
     bool allowed = true;
     int rejected = -1;            // index of the enforced limit that refused (the longest wait)
     core::Nanos retry_after = 0;  // refused: until the request could pass; -1 if it never can
-    boost::container::small_vector<LimitStatus, 6> statuses;  // parallel to the charges
+    std::vector<LimitStatus, core::RecyclingAllocator<LimitStatus>> statuses;  // parallel to the charges
     Keeper keeper = Keeper::none;                             // where the charges were taken
     std::string lease;         // identifies the request's concurrency slots in that store
     bool unavailable = false;  // the shared store failed and on_error is fail_closed
