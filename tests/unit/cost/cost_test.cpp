@@ -1,6 +1,10 @@
 #include <gtest/gtest.h>
-
 #include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
 
 #include "tokengate/cost/cost.hpp"
 
@@ -43,6 +47,35 @@ TEST(EstimateTokens, LatinAndCjk) {
     EXPECT_EQ(estimate_tokens("你好世界。"), 5u) << "one token per CJK character";
     EXPECT_EQ(estimate_tokens("hi 你好"), 3u);
     EXPECT_EQ(estimate_tokens(std::string_view("\x01\x7f\v\f", 4)), 4u) << "fuzz regression: this used to hang";
+}
+
+// ASCII text is counted by a state machine in four parts; any other text by the rules run by
+// run. One é (one token, a run of its own) sends ASCII text the second way: the counts must agree.
+TEST(Cost, AsciiTextCountsAsTheRunByRunRules) {
+    auto by_runs = [](std::string text) { return estimate_tokens(text + "\xc3\xa9") - 1; };
+    for (const char* file : {"english.txt", "code.txt"}) {
+        std::ifstream in(std::filesystem::path(TOKENGATE_FIXTURES).parent_path() / "corpus" / file);
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        ASSERT_GT(text.size(), 1000u) << file;
+        for (std::size_t length : {text.size(), text.size() / 3, std::size_t{1000}, std::size_t{7}, std::size_t{0}})
+            EXPECT_EQ(estimate_tokens(text.substr(0, length)), by_runs(text.substr(0, length)))
+                << file << " " << length;
+    }
+    // Every ASCII byte, long runs of each class (words past 8, spaces past 2), cuts anywhere.
+    std::mt19937 random(17);
+    const std::string alphabet = "aaaaaaaaaaaaZ_00000  \n\r\t.,;{}()\x01\x7f\v";
+    for (int round = 0; round < 3000; ++round) {
+        std::string text;
+        auto length = random() % (round < 2000 ? 64 : 4000);
+        while (text.size() < length) {
+            char c = random() % 4 == 0 ? static_cast<char>(random() % 128) : alphabet[random() % alphabet.size()];
+            text.append(1 + random() % (random() % 8 == 0 ? 40 : 3), c);
+        }
+        ASSERT_EQ(estimate_tokens(text), by_runs(text)) << text;
+    }
+    EXPECT_EQ(estimate_tokens(std::string(5000, 'a')), 625u) << "one run across every part";
+    EXPECT_EQ(estimate_tokens(std::string(5000, ' ')), 1u);
+    EXPECT_EQ(estimate_tokens(std::string(5000, '\x01')), 5000u);
 }
 
 TEST(ParseRequestBody, ChatRequest) {
