@@ -1,5 +1,6 @@
 #include "tokengate/limiter/headers.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -22,8 +23,65 @@ double ratio(const LimitStatus& s) {
     return s.spec->capacity > 0 ? std::max(0.0, s.verdict.remaining) / s.spec->capacity : 0;
 }
 
+/// Header values are written straight into their field (no std::string per number).
+template <class Text>
+void append_integer(Text& out, std::int64_t value) {
+    char digits[24];
+    auto* end = std::to_chars(digits, digits + sizeof digits, value).ptr;
+    out.append(std::string_view(digits, static_cast<std::size_t>(end - digits)));
+}
+
+template <class Text>
+void append_remaining(Text& out, const LimitStatus& s) {
+    append_integer(out, core::saturate_to_int64(std::floor(std::max(0.0, s.verdict.remaining))));
+}
+
 std::string remaining_text(const LimitStatus& s) {
-    return std::to_string(core::saturate_to_int64(std::floor(std::max(0.0, s.verdict.remaining))));
+    std::string text;
+    append_remaining(text, s);
+    return text;
+}
+
+/// format_number's text, appended.
+template <class Text>
+void append_number(Text& out, double value) {
+    char buf[352];  // DBL_MAX in %.0f is 309 digits
+    if (!std::isfinite(value))
+        return void(out.append(std::string_view(value > 0 ? "inf" : value < 0 ? "-inf" : "nan")));
+    // Past 2^53 every double is a whole number, and past 2^62 llround would be out of range.
+    if (std::fabs(value) >= 1e15) {
+        int n = std::snprintf(buf, sizeof buf, "%.0f", value);
+        return void(out.append(std::string_view(buf, static_cast<std::size_t>(n))));
+    }
+    if (std::fabs(value - std::round(value)) < 1e-9) return append_integer(out, std::llround(value));
+    std::string_view text(buf, static_cast<std::size_t>(std::snprintf(buf, sizeof buf, "%.3f", value)));
+    while (text.back() == '0') text.remove_suffix(1);
+    if (text.back() == '.') text.remove_suffix(1);
+    out.append(text);
+}
+
+/// openai_duration's text, appended.
+template <class Text>
+void append_duration(Text& out, Nanos duration) {
+    constexpr Nanos k_ms = 1'000'000;
+    Nanos ms = (std::max<Nanos>(0, duration) + k_ms - 1) / k_ms;
+    if (ms < 1000) {
+        append_integer(out, ms);
+        return void(out.append(std::string_view("ms")));
+    }
+    Nanos hours = ms / 3'600'000;
+    Nanos minutes = ms / 60'000 % 60;
+    if (hours) append_integer(out, hours), out.append(std::string_view("h"));
+    if (hours || minutes) append_integer(out, minutes), out.append(std::string_view("m"));
+    append_integer(out, ms / 1000 % 60);
+    if (Nanos millis = ms % 1000) {
+        char frac[5] = {'.', static_cast<char>('0' + millis / 100), static_cast<char>('0' + millis / 10 % 10),
+                        static_cast<char>('0' + millis % 10), 0};
+        std::string_view text(frac, 4);
+        while (text.back() == '0') text.remove_suffix(1);
+        out.append(text);
+    }
+    out.append(std::string_view("s"));
 }
 
 bool is_rate(const LimitStatus& s) {
@@ -81,48 +139,27 @@ void add_unit_set(Out& out, const Decision& d, Unit unit, const UnitNames& names
     auto i = tightest(d, [&](const LimitStatus& s) { return (is_rate(s) || is_quota(s)) && counts(s); });
     if (!i) return;
     const auto& s = d.statuses[*i];
-    out.push_back({names.limit, format_number(s.spec->capacity)});
-    out.push_back({names.remaining, remaining_text(s)});
-    out.push_back({names.reset, reset(s)});
+    HeaderField limit{names.limit, {}}, remaining{names.remaining, {}}, reset_at{names.reset, {}};
+    append_number(limit.value, s.spec->capacity);
+    append_remaining(remaining.value, s);
+    reset(reset_at.value, s);
+    out.push_back(std::move(limit));
+    out.push_back(std::move(remaining));
+    out.push_back(std::move(reset_at));
 }
 
 }  // namespace
 
 std::string format_number(double value) {
-    char buf[352];  // DBL_MAX in %.0f is 309 digits
-    if (!std::isfinite(value)) return value > 0 ? "inf" : value < 0 ? "-inf" : "nan";
-    // Past 2^53 every double is a whole number, and past 2^62 llround would be out of range.
-    if (std::fabs(value) >= 1e15) {
-        std::snprintf(buf, sizeof buf, "%.0f", value);
-        return buf;
-    }
-    if (std::fabs(value - std::round(value)) < 1e-9) return std::to_string(std::llround(value));
-    std::snprintf(buf, sizeof buf, "%.3f", value);
-    std::string s = buf;
-    while (s.back() == '0') s.pop_back();
-    if (s.back() == '.') s.pop_back();
-    return s;
+    std::string text;
+    append_number(text, value);
+    return text;
 }
 
 std::string openai_duration(Nanos duration) {
-    constexpr Nanos k_ms = 1'000'000;
-    Nanos ms = (std::max<Nanos>(0, duration) + k_ms - 1) / k_ms;
-    if (ms < 1000) return std::to_string(ms) + "ms";
-    Nanos hours = ms / 3'600'000;
-    Nanos minutes = ms / 60'000 % 60;
-    Nanos whole_seconds = ms / 1000 % 60;
-    Nanos millis = ms % 1000;
-    std::string seconds = std::to_string(whole_seconds);
-    if (millis) {
-        char frac[8];
-        std::snprintf(frac, sizeof frac, ".%03lld", static_cast<long long>(millis));
-        seconds += frac;
-        while (seconds.back() == '0') seconds.pop_back();
-    }
-    std::string out;
-    if (hours) out += std::to_string(hours) + "h";
-    if (hours || minutes) out += std::to_string(minutes) + "m";
-    return out + seconds + "s";
+    std::string text;
+    append_duration(text, duration);
+    return text;
 }
 
 template <typename Out>
@@ -134,38 +171,46 @@ Out rate_limit_headers(const Decision& d, Nanos unix_now, bool anthropic) {
     if (main) {
         const auto& s = d.statuses[*main];
         const auto& name = s.spec->name;
-        auto limit = format_number(s.spec->capacity);
-        auto remaining = remaining_text(s);
-        out.push_back({"X-RateLimit-Limit", limit});
-        out.push_back({"X-RateLimit-Remaining", remaining});
+        HeaderField limit{"X-RateLimit-Limit", {}}, remaining{"X-RateLimit-Remaining", {}};
+        append_number(limit.value, s.spec->capacity);
+        append_remaining(remaining.value, s);
         // A quota resets at its window's end exactly (the decision's clock read is not this one).
         auto reset_at = is_quota(s) ? s.window.end : unix_now + s.verdict.until_full;
-        out.push_back({"X-RateLimit-Reset", std::to_string(ceil_seconds(reset_at))});
+        HeaderField reset{"X-RateLimit-Reset", {}};
+        append_integer(reset.value, ceil_seconds(reset_at));
         HeaderField policy{"RateLimit-Policy", "\""};
-        policy.value.append(name).append("\";q=").append(limit);
-        if (is_rate(s) || is_quota(s)) policy.value.append(";w=").append(std::to_string(window_seconds(s)));
-        out.push_back(std::move(policy));
+        policy.value.append(name).append("\";q=").append(limit.value.view());
+        if (is_rate(s) || is_quota(s)) append_integer(policy.value.append(";w="), window_seconds(s));
         HeaderField state{"RateLimit", "\""};
-        state.value.append(name).append("\";r=").append(remaining).append(";t=").append(
-            std::to_string(ceil_seconds(s.verdict.until_full)));
+        state.value.append(name).append("\";r=").append(remaining.value.view()).append(";t=");
+        append_integer(state.value, ceil_seconds(s.verdict.until_full));
+        out.push_back(std::move(limit));
+        out.push_back(std::move(remaining));
+        out.push_back(std::move(reset));
+        out.push_back(std::move(policy));
         out.push_back(std::move(state));
     }
-    auto duration = [](const LimitStatus& s) { return openai_duration(s.verdict.until_full); };
+    auto duration = [](core::InlineString<63>& out, const LimitStatus& s) {
+        append_duration(out, s.verdict.until_full);
+    };
     add_unit_set(out, d, Unit::requests, k_requests_names, duration);
     add_unit_set(out, d, Unit::cost, k_tokens_names, duration);
     if (anthropic) {
-        auto instant = [&](const LimitStatus& s) {
-            return core::rfc3339(is_quota(s) ? s.window.end : unix_now + s.verdict.until_full);
+        auto instant = [&](core::InlineString<63>& out, const LimitStatus& s) {
+            out.append(core::rfc3339(is_quota(s) ? s.window.end : unix_now + s.verdict.until_full));
         };
         add_unit_set(out, d, Unit::requests, k_anthropic_requests_names, instant);
         add_unit_set(out, d, Unit::cost, k_anthropic_tokens_names, instant);
     }
     if (!d.allowed && d.retry_after >= 0) {
-        out.push_back({"Retry-After", std::to_string(std::max<Nanos>(1, ceil_seconds(d.retry_after)))});
+        HeaderField after{"Retry-After", {}}, after_ms{"retry-after-ms", {}};
+        append_integer(after.value, std::max<Nanos>(1, ceil_seconds(d.retry_after)));
         // The exact wait: the OpenAI SDKs read it before Retry-After, so a client of a 20/s
         // limit waits 50 ms, not a whole second.
         auto ms = d.retry_after / 1'000'000 + (d.retry_after % 1'000'000 != 0);
-        out.push_back({"retry-after-ms", std::to_string(std::max<Nanos>(1, ms))});
+        append_integer(after_ms.value, std::max<Nanos>(1, ms));
+        out.push_back(std::move(after));
+        out.push_back(std::move(after_ms));
     }
     // An exhausted quota is not a moment's congestion: the OpenAI SDKs honour this and do not
     // retry (they would otherwise retry at once, twice, for nothing).
