@@ -1,7 +1,9 @@
 #include "tokengate/core/json_writer.hpp"
 
+#include <array>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 
 namespace tokengate::core {
 
@@ -17,20 +19,35 @@ std::size_t utf8_length(std::string_view s, std::size_t i) {
     return n;
 }
 
+/// Bytes written as they are: printable ASCII but the quote and the backslash.
+constexpr auto k_plain = [] {
+    std::array<bool, 256> plain{};
+    for (int c = 0x20; c < 0x80; ++c) plain[c] = c != '"' && c != '\\';
+    return plain;
+}();
+
+std::size_t plain_run(std::string_view text, std::size_t from) {
+    while (from < text.size() && k_plain[static_cast<unsigned char>(text[from])]) ++from;
+    return from;
+}
+
 }  // namespace
 
 void append_json_string(std::string& out, std::string_view text) {
     static constexpr char k_hex[] = "0123456789abcdef";
+    // An access line's values are short and plain: quoted in one append.
+    if (char quoted[128]; text.size() <= sizeof quoted - 2 && plain_run(text, 0) == text.size()) {
+        quoted[0] = '"';
+        std::memcpy(quoted + 1, text.data(), text.size());
+        quoted[text.size() + 1] = '"';
+        out.append(quoted, text.size() + 2);
+        return;
+    }
     out.push_back('"');
     std::size_t i = 0;
     while (i < text.size()) {
         // Copy the longest run that needs no escaping in one append.
-        std::size_t run = i;
-        while (run < text.size()) {
-            auto c = static_cast<unsigned char>(text[run]);
-            if (c < 0x20 || c == '"' || c == '\\' || c >= 0x80) break;
-            ++run;
-        }
+        std::size_t run = plain_run(text, i);
         out.append(text.data() + i, run - i);
         i = run;
         if (i == text.size()) break;
@@ -87,12 +104,23 @@ void append_json_number(std::string& out, double value) {
 }
 
 void JsonObjectWriter::key(std::string_view k) {
-    // Keys are the code's own literals: nothing in them to escape (every access line has 20).
-    if (!first_) out_.push_back(',');
+    // Keys are the code's own literals: nothing in them to escape (every access line has 20),
+    // and short: the separator, the key and its quotes leave in one append.
+    char piece[64];
+    if (k.size() + 4 > sizeof piece) {
+        out_.append(first_ ? "\"" : ",\"").append(k).append("\":");
+        first_ = false;
+        return;
+    }
+    std::size_t n = 0;
+    if (!first_) piece[n++] = ',';
     first_ = false;
-    out_.push_back('"');
-    out_.append(k);
-    out_.append("\":", 2);
+    piece[n++] = '"';
+    std::memcpy(piece + n, k.data(), k.size());
+    n += k.size();
+    piece[n++] = '"';
+    piece[n++] = ':';
+    out_.append(piece, n);
 }
 
 JsonObjectWriter& JsonObjectWriter::string(std::string_view k, std::string_view value) {

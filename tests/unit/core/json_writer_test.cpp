@@ -35,6 +35,19 @@ TEST(JsonWriter, EscapesAndStaysValidJson) {
     EXPECT_TRUE(parsed["ttfb"].is_null());
 }
 
+TEST(JsonWriter, PlainValuesOfAnyLengthRoundTrip) {
+    for (std::size_t length : {0, 1, 125, 126, 127, 128, 1000}) {
+        std::string value(length, 'k'), out;
+        if (length > 3) value[length / 2] = '\x7f';
+        JsonObjectWriter w(out);
+        w.string("a_key_of_a_member_written_into_an_access_line_and_longer_than_sixty_bytes", value).string("v", value);
+        w.close();
+        auto parsed = nlohmann::json::parse(out);
+        EXPECT_EQ(parsed["v"], value) << length;
+        EXPECT_EQ(parsed["a_key_of_a_member_written_into_an_access_line_and_longer_than_sixty_bytes"], value);
+    }
+}
+
 TEST(JsonWriter, NestsAnObjectInPlace) {
     std::string out;
     JsonObjectWriter w(out);
