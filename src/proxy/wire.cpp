@@ -24,9 +24,11 @@ void append_number(Out& out, std::size_t n) {
 template <class Fields>
 boost::container::small_vector<std::string_view, 8> connection_tokens(const Fields& fields) {
     boost::container::small_vector<std::string_view, 8> tokens;
-    auto [first, last] = fields.equal_range(http::field::connection);
-    for (auto it = first; it != last; ++it) {
-        std::string_view list = it->value();
+    // A pass over the head's few fields, comparing the names Beast already resolved:
+    // equal_range would search the case-insensitive index by the name's text.
+    for (const auto& f : fields) {
+        if (f.name() != http::field::connection) continue;
+        std::string_view list = f.value();
         while (!list.empty()) {
             auto comma = list.find(',');
             auto token = list.substr(0, comma);
