@@ -102,17 +102,18 @@ RequestReader::Progress RequestReader::feed_header(boost::beast::flat_buffer& bu
 
 RequestError RequestReader::check_head() const {
     const auto& head = parser_.get();
-    if (head.count(http::field::transfer_encoding) > 0) {
+    if (count_fields(head, http::field::transfer_encoding) > 0) {
         // Beast frames by chunked only when it is the final coding; any other final coding
         // leaves the body's end unknown (RFC 9112 §6.3: 400, then close).
         if (!parser_.chunked()) return RequestError::bad_transfer_encoding;
-        if (!boost::beast::iequals(trimmed(head[http::field::transfer_encoding]), "chunked"))
+        if (!boost::beast::iequals(trimmed(first_field(head, http::field::transfer_encoding)), "chunked"))
             return RequestError::unsupported_transfer_coding;
     }
-    auto hosts = head.count(http::field::host);
+    auto hosts = count_fields(head, http::field::host);
     if (hosts > 1 || (head.version() >= 11 && hosts == 0)) return RequestError::bad_host;
     // One field line, two values ("Host: a, b"): which one the request is for is ambiguous.
-    if (hosts == 1 && head[http::field::host].find(',') != std::string_view::npos) return RequestError::bad_host;
+    if (hosts == 1 && first_field(head, http::field::host).find(',') != std::string_view::npos)
+        return RequestError::bad_host;
     return RequestError::none;
 }
 

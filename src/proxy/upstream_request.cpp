@@ -48,13 +48,13 @@ UpstreamRequest make_upstream_request(const http::request_header<Fields>& client
     head.append("Host: ").append(upstream.host).push_back(':');
     head.append(std::to_string(upstream.port)).append(wire::k_crlf);
     if (!upstream.api_key.empty()) wire::field(head, "Authorization", "Bearer " + upstream.api_key);
-    auto forwarded = client["X-Forwarded-For"];
+    auto forwarded = first_field(client, "X-Forwarded-For");
     head.append("X-Forwarded-For: ");
     if (!forwarded.empty()) head.append(forwarded).append(", ");
     head.append(from.peer).append(wire::k_crlf);
     // The scheme the client used: ours, unless a trusted proxy in front (a TLS-terminating load
     // balancer) says what it was.
-    auto proto = client["X-Forwarded-Proto"];
+    std::string_view proto = first_field(client, "X-Forwarded-Proto");
     if (!from.peer_is_trusted_proxy || proto.empty()) proto = from.https ? "https" : "http";
     wire::field(head, "X-Forwarded-Proto", proto);
     wire::field(head, "X-Real-IP", from.client_ip);

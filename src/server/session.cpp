@@ -261,7 +261,8 @@ private:
 
         std::optional<auth::Principal> who;
         pipeline::Incoming incoming{
-            auth::extract_key(req[http::field::authorization], req["x-api-key"]),
+            auth::extract_key(proxy::first_field(req, http::field::authorization),
+                              proxy::first_field(req, "x-api-key")),
             target,
             rec.client_ip,
             req.body(),
@@ -343,11 +344,12 @@ private:
                                          const config::ServerConfig& server) {
         pipeline::RequestRecord rec;
         rec.started = services_.clock.now();
-        rec.request_id = proxy::request_id_for(req["x-request-id"]);
+        rec.request_id = proxy::request_id_for(proxy::first_field(req, "x-request-id"));
         rec.method = std::string_view(req.method_string());
         if (target.ok) rec.path = target.path;
         else rec.path = std::string_view(req.target().substr(0, req.target().find('?')));
-        rec.client_ip = proxy::client_address(server.trusted_proxies, peer_, req["X-Forwarded-For"]);
+        rec.client_ip =
+            proxy::client_address(server.trusted_proxies, peer_, proxy::first_field(req, "X-Forwarded-For"));
         return rec;
     }
 

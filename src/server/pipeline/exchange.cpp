@@ -175,7 +175,8 @@ net::awaitable<Exchanged> exchange(Worker& worker, ExchangeRequest in) {
     auto decorate = [&](const proxy::UpstreamResponseHead& h, core::RecycledString& head) {
         for (const auto& f : in.headers) proxy::wire::field(head, f.name, f.value);
         proxy::wire::field(head, "X-Request-Id", in.origin.request_id);
-        observed.start(h[http::field::content_type], !h[http::field::content_length].empty(), usage_injected,
+        observed.start(proxy::first_field(h, http::field::content_type),
+                       !proxy::first_field(h, http::field::content_length).empty(), usage_injected,
                        in.admitted.tokenizer);
         if (in.live) observed.pause_after(in.live->covered() + cfg.cost.stream_charge_every);
     };

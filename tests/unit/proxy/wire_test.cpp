@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "tokengate/proxy/message.hpp"
 #include "tokengate/proxy/wire.hpp"
 
 namespace wire = tokengate::proxy::wire;
@@ -61,4 +62,21 @@ TEST(Wire, WithoutAConnectionFieldOnlyTheStandardHopByHopFieldsGo) {
     std::string out;
     wire::forwardable_fields(out, f, nullptr);
     EXPECT_EQ(out, "X-Kept: yes\r\n");
+}
+
+// The pass over a head's fields answers as Beast's own lookups do: the first of several, any
+// case, "" when absent.
+TEST(Wire, FieldLookupsAnswerAsBeastsOwn) {
+    tokengate::proxy::Fields fields;
+    fields.insert("X-Forwarded-For", "10.0.0.1");
+    fields.insert(http::field::host, "a.example");
+    fields.insert("x-forwarded-for", "10.0.0.2");
+    fields.insert("HOST", "b.example");
+    fields.insert("X-Api-Key", "k");
+    for (auto name : {"x-forwarded-for", "X-FORWARDED-FOR", "x-api-key", "host", "x-missing", "x-forwarded-fo"})
+        EXPECT_EQ(tokengate::proxy::first_field(fields, name), std::string_view(fields[name])) << name;
+    EXPECT_EQ(tokengate::proxy::first_field(fields, http::field::host), "a.example");
+    EXPECT_EQ(tokengate::proxy::first_field(fields, http::field::authorization), "");
+    EXPECT_EQ(tokengate::proxy::count_fields(fields, http::field::host), fields.count(http::field::host));
+    EXPECT_EQ(tokengate::proxy::count_fields(fields, http::field::host), 2u);
 }
