@@ -1,6 +1,5 @@
 // tokengate: wiring, subcommands, signals and reload.
 
-#include <spdlog/async.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/rotating_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -24,6 +23,7 @@
 #include "tokengate/core/sha256.hpp"
 #include "tokengate/cost/tokenizer.hpp"
 #include "tokengate/mock/mock_upstream.hpp"
+#include "tokengate/server/access_log.hpp"
 #include "tokengate/server/gateway.hpp"
 #include "tokengate/server/simulate.hpp"
 #include "tokengate/tls/context.hpp"
@@ -105,7 +105,7 @@ int check(const std::string& path) {
 
 /// One JSON line per request, written by a background thread so a slow disk or pipe never
 /// stalls an event loop; `block` rather than drop, so no line is lost under load.
-std::shared_ptr<spdlog::logger> make_access_log(const config::LogConfig& log) {
+std::shared_ptr<server::AccessLog> make_access_log(const config::LogConfig& log) {
     spdlog::sink_ptr sink;
     if (log.access == "stdout") sink = std::make_shared<spdlog::sinks::stdout_sink_mt>();
     else if (log.access == "off") return nullptr;
@@ -113,12 +113,7 @@ std::shared_ptr<spdlog::logger> make_access_log(const config::LogConfig& log) {
         sink =
             std::make_shared<spdlog::sinks::rotating_file_sink_mt>(log.access, log.rotate_max_bytes, log.rotate_files);
     else sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(log.access);
-    spdlog::init_thread_pool(16384, 1);
-    auto logger = std::make_shared<spdlog::async_logger>("access", sink, spdlog::thread_pool(),
-                                                         spdlog::async_overflow_policy::block);
-    logger->set_pattern("%v");
-    logger->flush_on(spdlog::level::info);
-    return logger;
+    return std::make_shared<server::AccessLog>(std::move(sink));
 }
 
 int serve(const std::string& path, bool ignore_state) {
@@ -162,8 +157,9 @@ int serve(const std::string& path, bool ignore_state) {
     gateway->run();
     signal_loop.stop();
     signal_thread.join();
+    gateway.reset();  // its access log writes every line handed over before it goes
     spdlog::info("tokengate stopped");
-    spdlog::shutdown();  // flushes the access log
+    spdlog::shutdown();
     return 0;
 }
 

@@ -38,7 +38,7 @@ void log_exception(std::exception_ptr e) {
 class GatewayImpl final : public Gateway {
 public:
     GatewayImpl(std::shared_ptr<const config::GatewayConfig> config, std::string config_path,
-                std::shared_ptr<spdlog::logger> log, const core::Clock& clock, bool ignore_state)
+                std::shared_ptr<AccessLog> log, const core::Clock& clock, bool ignore_state)
         : services_(std::make_shared<const Runtime>(config), std::move(log), clock) {
         services_.config_path = std::move(config_path);
         services_.reload = [this](std::string& error) { return reload_from_file(error); };
@@ -289,7 +289,7 @@ private:
 }  // namespace
 
 std::unique_ptr<Gateway> make_gateway(std::shared_ptr<const config::GatewayConfig> config, std::string config_path,
-                                      std::shared_ptr<spdlog::logger> access_log, const core::Clock& clock,
+                                      std::shared_ptr<AccessLog> access_log, const core::Clock& clock,
                                       bool ignore_state) {
     return std::make_unique<GatewayImpl>(std::move(config), std::move(config_path), std::move(access_log), clock,
                                          ignore_state);

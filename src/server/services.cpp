@@ -106,8 +106,7 @@ void Worker::access_line_written() {
 
 void Worker::flush_access_log() {
     if (access_batch.empty() || !services.access_log) return;
-    services.access_log->info(access_batch);  // the sink ends it with the last newline
-    access_batch.clear();
+    services.access_log->write(access_batch);  // moved: the writer ends it with the last newline
 }
 
 proxy::ConnectionPool& Worker::pool_for(const config::UpstreamConfig& upstream, std::size_t workers,

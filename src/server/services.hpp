@@ -22,12 +22,9 @@
 #include "tokengate/metrics/activity.hpp"
 #include "tokengate/metrics/registry.hpp"
 #include "tokengate/proxy/pool.hpp"
+#include "tokengate/server/access_log.hpp"
 #include "tokengate/server/runtime.hpp"
 #include "tokengate/store/store.hpp"
-
-namespace spdlog {
-class logger;
-}
 
 namespace tokengate::server {
 
@@ -72,7 +69,7 @@ struct GatewayMetrics {
 
 /// Shared by every worker thread.
 struct Services {
-    Services(std::shared_ptr<const Runtime> runtime, std::shared_ptr<spdlog::logger> log, const core::Clock& c)
+    Services(std::shared_ptr<const Runtime> runtime, std::shared_ptr<AccessLog> log, const core::Clock& c)
         : runtime(std::move(runtime)),
           access_log(std::move(log)),
           clock(c),
@@ -83,7 +80,7 @@ struct Services {
     std::string config_path;
     /// Loads config_path and swaps it in; false (and `error`) if it is invalid.
     std::function<bool(std::string& error)> reload;
-    std::shared_ptr<spdlog::logger> access_log;
+    std::shared_ptr<AccessLog> access_log;
     const core::Clock& clock;
     std::atomic<bool> draining{false};
     std::atomic<std::uint64_t> open_connections{0};

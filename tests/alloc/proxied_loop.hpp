@@ -46,8 +46,7 @@ public:
         : answer_(answer),
           services_(std::make_shared<const server::Runtime>(
                         config::load_config_text(config_text(upstream_.local_endpoint().port()), "loop.yaml")),
-                    std::make_shared<spdlog::logger>("access", std::make_shared<spdlog::sinks::null_sink_mt>()),
-                    clock_) {
+                    std::make_shared<server::AccessLog>(std::make_shared<spdlog::sinks::null_sink_mt>()), clock_) {
         services_.store = std::make_unique<store::LocalStore>(clock_);
         request_ = request_text();
         reply_ = reply_text();

@@ -6,11 +6,9 @@
 #include "tokengate/config/config.hpp"
 #include "tokengate/core/clock.hpp"
 
-namespace spdlog {
-class logger;
-}
-
 namespace tokengate::server {
+
+class AccessLog;
 
 /// The gateway: one event loop and one listening socket (SO_REUSEPORT) per thread.
 class Gateway {
@@ -38,7 +36,7 @@ public:
 /// `ignore_state`: a store.state_file that cannot be used is set aside (logged) instead of
 /// stopping the start (`serve --ignore-state`).
 std::unique_ptr<Gateway> make_gateway(std::shared_ptr<const config::GatewayConfig> config, std::string config_path,
-                                      std::shared_ptr<spdlog::logger> access_log, const core::Clock& clock,
+                                      std::shared_ptr<AccessLog> access_log, const core::Clock& clock,
                                       bool ignore_state = false);
 
 }  // namespace tokengate::server

@@ -45,12 +45,8 @@ struct Stages {
     net::io_context ioc;
 
     explicit Stages(const std::string& config = k_config)
-        : services(
-              std::make_shared<const Runtime>(config::load_config_text(config, "test.yaml")),
-              std::make_shared<spdlog::logger>("access", std::make_shared<spdlog::sinks::ostream_sink_mt>(log_text)),
-              clock) {
-        services.access_log->set_pattern("%v");
-    }
+        : services(std::make_shared<const Runtime>(config::load_config_text(config, "test.yaml")),
+                   std::make_shared<AccessLog>(std::make_shared<spdlog::sinks::ostream_sink_mt>(log_text)), clock) {}
     const Runtime& runtime() { return *services.runtime.get(); }
 
     std::variant<Admitted, Rejection> admit(std::string_view key, std::string_view path, std::string_view body,
