@@ -103,6 +103,59 @@ void append_json_number(std::string& out, double value) {
     if (text.find_first_of(".en") == std::string_view::npos) out += ".0";
 }
 
+void append_json_milliseconds(std::string& out, std::int64_t nanoseconds) {
+    // Past 15 digits the decimal is no longer its double's shortest form.
+    if (nanoseconds <= 0 || nanoseconds >= 1'000'000'000'000'000) {
+        return append_json_number(out, static_cast<double>(nanoseconds) / 1e6);
+    }
+    char digits[20];
+    auto length = static_cast<std::size_t>(std::to_chars(digits, digits + sizeof digits, nanoseconds).ptr - digits);
+    std::size_t significant = length;
+    while (digits[significant - 1] == '0') --significant;
+    // Fixed: the digits with the point six places from the right; scientific: d.ddde±XX.
+    // to_chars writes the shorter, fixed on a tie.
+    int exponent = static_cast<int>(length) - 7;
+    std::size_t whole = length > 6 ? length - 6 : 0;
+    std::size_t fraction = significant > whole ? (length > 6 ? significant - whole : significant + 6 - length) : 0;
+    std::size_t fixed_size = (whole ? whole : 1) + (fraction ? 1 + fraction : 0);
+    std::size_t scientific_size = significant + (significant > 1 ? 1 : 0) + 2 + (std::abs(exponent) >= 100 ? 3 : 2);
+    char text[40];
+    std::size_t n = 0;
+    if (scientific_size < fixed_size) {
+        text[n++] = digits[0];
+        if (significant > 1) {
+            text[n++] = '.';
+            for (std::size_t i = 1; i < significant; ++i) text[n++] = digits[i];
+        }
+        text[n++] = 'e';
+        text[n++] = exponent < 0 ? '-' : '+';
+        auto magnitude = std::abs(exponent);
+        text[n++] = static_cast<char>('0' + magnitude / 10);
+        text[n++] = static_cast<char>('0' + magnitude % 10);
+    } else {
+        if (whole) {
+            for (std::size_t i = 0; i < whole; ++i) text[n++] = digits[i];
+        } else {
+            text[n++] = '0';
+        }
+        if (fraction) {
+            text[n++] = '.';
+            for (std::size_t i = length; i < 6; ++i) text[n++] = '0';  // leading zeros after the point
+            for (std::size_t i = whole; i < significant; ++i) text[n++] = digits[i];
+        } else {
+            text[n++] = '.';  // a whole number of milliseconds: "5.0", as append_json_number writes it
+            text[n++] = '0';
+        }
+    }
+    out.append(text, n);
+}
+
+JsonObjectWriter& JsonObjectWriter::milliseconds(std::string_view k, std::int64_t nanoseconds) {
+    key(k);
+    append_json_milliseconds(out_, nanoseconds);
+    return *this;
+}
+
 void JsonObjectWriter::key(std::string_view k) {
     // Keys are the code's own literals: nothing in them to escape (every access line has 20),
     // and short: the separator, the key and its quotes leave in one append.

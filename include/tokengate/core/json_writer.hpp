@@ -14,6 +14,10 @@ void append_json_string(std::string& out, std::string_view text);
 /// whole doubles ("11.0"), so log consumers see one stable format.
 void append_json_number(std::string& out, double value);
 
+/// append_json_number(out, nanoseconds / 1e6), the same text, from the integer: a duration in
+/// milliseconds is a decimal of at most 15 digits, its own shortest form, so no search for it.
+void append_json_milliseconds(std::string& out, std::int64_t nanoseconds);
+
 /// Builds a JSON object without a DOM: the access log and error bodies are on the hot path,
 /// where building and serialising a tree cost more than the rest of a 429.
 class JsonObjectWriter {
@@ -22,6 +26,8 @@ public:
     /// `key`s are written as they are: the caller's literals, with nothing to escape.
     JsonObjectWriter& string(std::string_view key, std::string_view value);
     JsonObjectWriter& number(std::string_view key, double value);
+    /// A duration in nanoseconds, written in milliseconds (as number(key, ns / 1e6)).
+    JsonObjectWriter& milliseconds(std::string_view key, std::int64_t nanoseconds);
     JsonObjectWriter& integer(std::string_view key, std::uint64_t value);
     JsonObjectWriter& null(std::string_view key);
     JsonObjectWriter& boolean(std::string_view key, bool value);

@@ -53,8 +53,8 @@ void record(const RequestRecord& r, Worker& worker) {
     if (!r.subject.empty()) w.string("subject", r.subject);
     if (!r.error.empty()) w.string("error", r.error);
     if (r.first_byte < 0) w.null("ttfb_ms");
-    else w.number("ttfb_ms", static_cast<double>(r.first_byte - r.started) / 1e6);
-    w.number("duration_ms", static_cast<double>(now - r.started) / 1e6);
+    else w.milliseconds("ttfb_ms", r.first_byte - r.started);
+    w.milliseconds("duration_ms", now - r.started);
     if (!r.route.empty()) {  // priced: what simulate needs to price the line again
         w.integer("input_tokens", r.input_tokens).integer("output_declared", r.output_declared);
         // Left out when usual (one sequence, no stream): every line's bytes cost every request.

@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include <charconv>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,28 @@ TEST(JsonWriter, PlainValuesOfAnyLengthRoundTrip) {
         auto parsed = nlohmann::json::parse(out);
         EXPECT_EQ(parsed["v"], value) << length;
         EXPECT_EQ(parsed["a_key_of_a_member_written_into_an_access_line_and_longer_than_sixty_bytes"], value);
+    }
+}
+
+// Durations are written from their nanoseconds: the same text as the double's shortest form.
+TEST(JsonWriter, MillisecondsReadAsTheirDoubleWouldBeWritten) {
+    std::vector<std::int64_t> values{
+        0,       1,       5,       10,      999,       1000,       1001,           123456,          999999,
+        1000000, 1000001, 4390355, 5000000, 139313542, 1000000000, 12345678901234, 999999999999999, 1000000000000000,
+        -1,      -4390355};
+    std::mt19937_64 random(5);
+    for (int i = 0; i < 20000; ++i) {
+        auto digits = 1 + random() % 16;
+        std::int64_t v = static_cast<std::int64_t>(random() % 10'000'000'000'000'000ull);
+        for (auto d = digits; d < 16; ++d) v /= 10;
+        if (random() % 3 == 0) v -= v % 1000;  // whole microseconds, as some clocks give
+        values.push_back(v);
+    }
+    for (auto ns : values) {
+        std::string fast, slow;
+        append_json_milliseconds(fast, ns);
+        append_json_number(slow, static_cast<double>(ns) / 1e6);
+        ASSERT_EQ(fast, slow) << ns;
     }
 }
 
