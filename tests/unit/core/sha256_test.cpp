@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <cstdio>
+#include <vector>
 
 #include "tokengate/core/base64.hpp"
 #include "tokengate/core/cidr.hpp"
@@ -24,6 +26,20 @@ TEST(Sha256, PaddingBoundaries) {
     EXPECT_EQ(sha256_hex(std::string(55, 'a')), "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318");
     EXPECT_EQ(sha256_hex(std::string(56, 'a')), "b35439a4ac6f0948b6d6f9e3c6af0f5f590ce20f1bde7090ef7970686ec6738a");
     EXPECT_EQ(sha256_hex(std::string(64, 'a')), "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb");
+}
+
+TEST(Hex, EveryByteInTwoLowercaseDigitsAtAnyLength) {
+    for (std::size_t size : {0, 1, 31, 32, 33, 100}) {
+        std::vector<std::uint8_t> bytes(size);
+        std::string expected;
+        for (std::size_t i = 0; i < size; ++i) {
+            bytes[i] = static_cast<std::uint8_t>(i * 37 + 5);
+            char two[3];
+            std::snprintf(two, sizeof two, "%02x", bytes[i]);
+            expected += two;
+        }
+        EXPECT_EQ(to_hex(bytes.data(), size), expected) << size;
+    }
 }
 
 TEST(DigestFromHex, TakesSixtyFourLowercaseHexDigitsOnly) {
