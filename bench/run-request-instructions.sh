@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Instructions per request in user space, counted by callgrind: the request path's work without
+# this machine's noise (its CPU time per request moves by ±20% between runs; this count by
+# well under 1%). One worker, the gateway bench's config (4 limit levels, cost from the body,
+# access log on), wrk posting its ~1 KB chat body with 100 keys at 8 connections.
+#   bench/run-request-instructions.sh [seconds counted, default 8]
+#   BENCH_PATHS="json 429" (the default) picks the rows: answered by the upstream, or refused;
+#   TOKENGATE_BENCH_BIN=<binary> counts another build (a before/after);
+#   BENCH_TOP=N prints each row's N costliest functions (self).
+# Every thread of the gateway is counted (the access log's writer too), from a warmed-up start.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-8}
+source bench/lib.sh tokengate-instructions valgrind
+start_static_completion
+
+printf '%-6s %9s %14s %12s  %s\n' path requests instructions "per request" statuses
+for path in ${BENCH_PATHS:-json 429}; do
+  gw=$(port); dir="$work/$path"; mkdir -p "$dir"
+  tight=""; [ "$path" = 429 ] && tight="      - { name: tight, algorithm: token_bucket, capacity: 2, rate: 2/s }"
+  { bench_limits_config "$gw" 1 "$tight"; echo "log: { access: $dir/access.log, level: warn }"; } > "$dir/gateway.yaml"
+  valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$dir/callgrind.out" \
+    "$bin" serve -c "$dir/gateway.yaml" > "$dir/out.log" 2>&1 & vg=$!; pids+=("$vg")
+  for _ in $(seq 600); do (echo > "/dev/tcp/127.0.0.1/$gw") 2>/dev/null && break; sleep 0.1; done
+  wrk -t1 -c8 -d3s -s bench/wrk-chat.lua "http://127.0.0.1:$gw" > /dev/null 2>&1  # warm: pools, caches
+  callgrind_control -i on "$vg" > /dev/null 2>&1
+  wrk -t1 -c8 -d"${secs}s" -s bench/wrk-chat.lua "http://127.0.0.1:$gw" > "$dir/wrk.txt" 2>&1
+  callgrind_control -i off "$vg" > /dev/null 2>&1
+  callgrind_control -d "$vg" > /dev/null 2>&1
+  kill "$vg"; wait "$vg" 2>/dev/null || true
+  requests=$(awk '/^RESULT/{print $6}' "$dir/wrk.txt")
+  dump=$(ls -t "$dir"/callgrind.out.* | head -1)
+  total=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/{gsub(",","",$1); print $1}')
+  statuses=$(grep -o '"status":[0-9]*' "$dir/access.log" | sort | uniq -c | awk '{printf "%s×%s ", $2, $1}' | sed 's/"status"://g')
+  printf '%-6s %9s %14s %12s  %s\n' "$path" "$requests" "$total" "$((total / requests))" "$statuses"
+  if [ -n "${BENCH_TOP:-}" ]; then
+    callgrind_annotate --threshold=100 "$dump" 2>/dev/null | grep -E '^ *[0-9,]+ \(' | sed -n "2,$((BENCH_TOP + 1))p" |
+      awk -v n="$requests" '{v=$1; gsub(",","",v); $1=""; $2=""; $3=""; printf "   %7d %s\n", v / n, substr($0, 1, 140)}'
+  fi
+done
+echo "machine: $(nproc) cores; $(date -u +%Y-%m-%d); valgrind $(valgrind --version | sed 's/valgrind-//')"
