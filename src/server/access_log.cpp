@@ -5,7 +5,6 @@
 #include <spdlog/spdlog.h>
 
 #include <exception>
-
 #include <utility>
 
 namespace tokengate::server {
