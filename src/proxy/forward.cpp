@@ -109,7 +109,7 @@ net::awaitable<ForwardResult> forward(ConnectionPool& pool, UpstreamHealth& heal
 
         conn->stream.expires_after(ns(cfg.first_byte_timeout));
         std::array<net::const_buffer, 2> request_bytes = {net::buffer(request.head), net::buffer(request.body)};
-        auto [wec, written] = co_await net::async_write(conn->stream, request_bytes, k_use);
+        auto [wec, written] = co_await write_all(conn->stream, request_bytes);
         beast::error_code rec = wec;
         // 1xx responses are interim (RFC 9110 §15.2): each is dropped and the final one read,
         // all under the one first-byte deadline. Relayed as final, a 100 would end this

@@ -8,6 +8,10 @@
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <array>
 #include <cerrno>
 
 #include "tokengate/tls/context.hpp"
@@ -22,6 +26,25 @@ TimedSocket::TimedSocket(net::ip::tcp::socket socket)
 TimedSocket::~TimedSocket() {
     dog_->socket = nullptr;
     dog_->timer.cancel();
+}
+
+std::size_t TimedStream::write_now(std::span<const net::const_buffer> buffers, beast::error_code& ec) {
+    if (tls_ || raw_.expired() || !socket().is_open()) return 0;
+    std::array<iovec, 8> pieces{};
+    std::size_t count = 0;
+    for (const auto& b : buffers)
+        if (b.size() > 0 && count < pieces.size()) pieces[count++] = {const_cast<void*>(b.data()), b.size()};
+    if (count == 0) return 0;
+    msghdr message{};
+    message.msg_iov = pieces.data();
+    message.msg_iovlen = count;
+    for (;;) {
+        auto sent = ::sendmsg(socket().native_handle(), &message, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (sent >= 0) return static_cast<std::size_t>(sent);
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) ec.assign(errno, boost::system::system_category());
+        return 0;
+    }
 }
 
 void TimedSocket::expires_after(std::chrono::nanoseconds timeout) {

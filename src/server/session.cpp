@@ -17,6 +17,7 @@
 #include "services.hpp"
 #include "tokengate/auth/key_table.hpp"
 #include "tokengate/proxy/origin.hpp"
+#include "tokengate/proxy/relay.hpp"
 #include "tokengate/proxy/request_reader.hpp"
 #include "tokengate/proxy/target.hpp"
 #include "tokengate/proxy/wire.hpp"
@@ -229,7 +230,8 @@ private:
         auto shape = error_shape_for(rec.path, version);
         auto text = pipeline::render(no, reply.version, reply.keep_alive, rec.request_id, shape);
         stream_.expires_after(ns(reply.idle_timeout));
-        auto [ec, n] = co_await net::async_write(stream_, net::buffer(text), k_use);
+        std::array<net::const_buffer, 1> bytes{net::buffer(text)};
+        auto [ec, n] = co_await proxy::write_all(stream_, bytes);
         co_return !ec && reply.keep_alive;
     }
 
@@ -246,7 +248,8 @@ private:
         proxy::wire::content_length(text, body.size());
         text.append(proxy::wire::k_crlf).append(body);
         stream_.expires_after(ns(reply.idle_timeout));
-        auto [ec, n] = co_await net::async_write(stream_, net::buffer(text), k_use);
+        std::array<net::const_buffer, 1> bytes{net::buffer(text)};
+        auto [ec, n] = co_await proxy::write_all(stream_, bytes);
         co_return !ec && reply.keep_alive;
     }
 

@@ -8,6 +8,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/buffers_suffix.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
@@ -17,6 +18,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 
 #include "tokengate/core/clock.hpp"
 #include "tokengate/core/function_ref.hpp"
@@ -28,6 +30,30 @@
 namespace tokengate::proxy {
 
 namespace http = beast::http;
+
+/// What a stream sends without waiting (TimedStream::write_now); other streams (the tests')
+/// send nothing that way, and every byte goes by their asynchronous write.
+template <class Stream>
+std::size_t write_now(Stream&, std::span<const net::const_buffer>, beast::error_code&) {
+    return 0;
+}
+inline std::size_t write_now(TimedStream& stream, std::span<const net::const_buffer> buffers, beast::error_code& ec) {
+    return stream.write_now(buffers, ec);
+}
+
+/// Writes all of `buffers`: what the socket takes at once, then the rest asynchronously.
+/// Completes with the error and the bytes written, as net::async_write with as_tuple does.
+template <class Stream, std::size_t N>
+net::awaitable<std::tuple<beast::error_code, std::size_t>> write_all(Stream& stream,
+                                                                     std::array<net::const_buffer, N> buffers) {
+    beast::error_code ec;
+    std::size_t sent = write_now(stream, buffers, ec);
+    if (ec || sent == net::buffer_size(buffers)) co_return std::make_tuple(ec, sent);
+    beast::buffers_suffix<std::array<net::const_buffer, N>> rest(buffers);
+    rest.consume(sent);
+    auto [wec, more] = co_await net::async_write(stream, rest, net::as_tuple(net::use_awaitable));
+    co_return std::make_tuple(wec, sent + more);
+}
 
 /// The exchange's say in the relay. Views of callables the caller keeps (none is copied per
 /// request): each must outlive the forward.
@@ -111,7 +137,7 @@ net::awaitable<Relayed> relay(Upstream& upstream, beast::flat_buffer& buffer, Up
         out.body_bytes += piece.size();
         set_deadline(client, options.idle_timeout);
         // The array goes by value into the operation (a view of it would outlive it).
-        return net::async_write(client, pieces, use);
+        return write_all(client, pieces);
     };
 
     // A stream still generating gets its head at once, so the client sees the response begin.

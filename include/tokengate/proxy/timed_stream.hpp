@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -61,6 +62,8 @@ public:
 
     /// While set, waits for readability ignore the deadline (see TimedStream::async_watch_read).
     void untimed_reads(bool on) noexcept { untimed_reads_ = on; }
+    /// Whether the deadline struck with no operation pending to report it.
+    bool expired() const noexcept { return dog_->expired; }
 
     template <class MutableBuffers, class Token>
     auto async_read_some(const MutableBuffers& buffers, Token&& token) {
@@ -217,6 +220,12 @@ public:
     auto async_connect(const Endpoints& endpoints, Token&& token) {
         return raw_.async_connect(endpoints, std::forward<Token>(token));
     }
+
+    /// Sends what the socket takes at once, without waiting: a plain connection's request or
+    /// reply that fits its send buffer, as most do, then needs no asynchronous operation (one
+    /// trip through the event loop fewer). 0 over TLS, after the deadline, or when the buffer
+    /// is full; `ec` is set only when the connection failed.
+    std::size_t write_now(std::span<const net::const_buffer> buffers, beast::error_code& ec);
 
     /// Until the socket has something to read (under the deadline); completes with (error, 0).
     template <class Token>

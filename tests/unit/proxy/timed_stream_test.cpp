@@ -1,10 +1,17 @@
 #include <gtest/gtest.h>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 
 #include <optional>
+#include <string>
+#include <thread>
+#include <tuple>
 
+#include "tokengate/proxy/relay.hpp"
 #include "tokengate/proxy/timed_stream.hpp"
 
 namespace tokengate::proxy {
@@ -115,6 +122,57 @@ TEST(TimedStream, DestroyedWithItsTimerPendingIsSafe) {
     p.stream->expires_after(20ms);
     p.stream.reset();
     p.run_for(100ms);  // the stale timer handler runs without touching the stream (ASan's build checks)
+}
+
+// What fits the socket's buffer leaves at once; what does not goes on asynchronously; a
+// connection the peer reset is an error, not a SIGPIPE.
+TEST(TimedStream, WriteAllSendsAtOnceWhatFitsAndTheRestAfter) {
+    Pair pair;
+    pair.stream->expires_after(10s);
+    std::string small = "HTTP/1.1 200 OK\r\n\r\n";
+    beast::error_code ec;
+    std::array<net::const_buffer, 2> pieces{net::buffer(small), net::const_buffer()};
+    EXPECT_EQ(pair.stream->write_now(pieces, ec), small.size()) << "a small reply needs no wait";
+    EXPECT_FALSE(ec);
+    std::string got(small.size(), '\0');
+    net::read(pair.peer, net::buffer(got));
+    EXPECT_EQ(got, small);
+
+    // 16 MB: more than loopback's buffers hold, so the peer must read while it is written.
+    std::string big(16 << 20, 'x');
+    big.back() = 'y';
+    std::optional<std::tuple<beast::error_code, std::size_t>> result;
+    net::co_spawn(
+        pair.ioc,
+        [&]() -> net::awaitable<void> {
+            std::array<net::const_buffer, 2> both{net::buffer(big), net::buffer(small)};
+            result = co_await write_all(*pair.stream, both);
+        },
+        net::detached);
+    std::string received;
+    pair.peer.non_blocking(true);
+    auto give_up = std::chrono::steady_clock::now() + 30s;
+    while (received.size() < big.size() + small.size() && std::chrono::steady_clock::now() < give_up) {
+        pair.ioc.poll();
+        if (pair.ioc.stopped()) pair.ioc.restart();
+        char chunk[65536];
+        beast::error_code rec;
+        auto n = pair.peer.read_some(net::buffer(chunk), rec);
+        received.append(chunk, rec ? 0 : n);
+    }
+    while (!result && std::chrono::steady_clock::now() < give_up) pair.ioc.run_one_for(100ms);
+    ASSERT_TRUE(result);
+    EXPECT_FALSE(std::get<0>(*result));
+    EXPECT_EQ(std::get<1>(*result), big.size() + small.size());
+    ASSERT_EQ(received.size(), big.size() + small.size());
+    EXPECT_EQ(received.substr(big.size() - 1, 2), "yH") << "every byte, in order";
+
+    pair.peer.set_option(net::socket_base::linger(true, 0));
+    pair.peer.close();  // a reset
+    std::this_thread::sleep_for(50ms);
+    std::size_t sent = 0;
+    for (int i = 0; i < 3 && !ec; ++i) sent += pair.stream->write_now(pieces, ec);
+    EXPECT_TRUE(ec) << "wrote " << sent << " bytes to a reset connection";
 }
 
 }  // namespace
