@@ -48,10 +48,11 @@ struct Decision {
     bool allowed = true;
     int rejected = -1;            // index of the enforced limit that refused (the longest wait)
     core::Nanos retry_after = 0;  // refused: until the request could pass; -1 if it never can
-    std::vector<LimitStatus, core::RecyclingAllocator<LimitStatus>> statuses;  // parallel to the charges
-    Keeper keeper = Keeper::none;                             // where the charges were taken
-    std::string lease;         // identifies the request's concurrency slots in that store
-    bool unavailable = false;  // the shared store failed and on_error is fail_closed
+    // Parallel to the charges; in a recycled block, so a decision moves as a pointer.
+    std::vector<LimitStatus, core::RecyclingAllocator<LimitStatus>> statuses;
+    Keeper keeper = Keeper::none;  // where the charges were taken
+    std::string lease;             // identifies the request's concurrency slots in that store
+    bool unavailable = false;      // the shared store failed and on_error is fail_closed
 
     bool never() const { return !allowed && retry_after < 0; }
     /// Admitted into a shaping queue: the request starts later, or when its ticket comes up.
