@@ -112,40 +112,26 @@ void append_json_milliseconds(std::string& out, std::int64_t nanoseconds) {
     auto length = static_cast<std::size_t>(std::to_chars(digits, digits + sizeof digits, nanoseconds).ptr - digits);
     std::size_t significant = length;
     while (digits[significant - 1] == '0') --significant;
-    // Fixed: the digits with the point six places from the right; scientific: d.ddde±XX.
-    // to_chars writes the shorter, fixed on a tie.
-    int exponent = static_cast<int>(length) - 7;
+    // Fixed: the digits with the point six places from the right. to_chars writes scientific
+    // where that is shorter (under a microsecond, or long and round: "5e+06"): left to it.
     std::size_t whole = length > 6 ? length - 6 : 0;
     std::size_t fraction = significant > whole ? (length > 6 ? significant - whole : significant + 6 - length) : 0;
     std::size_t fixed_size = (whole ? whole : 1) + (fraction ? 1 + fraction : 0);
-    std::size_t scientific_size = significant + (significant > 1 ? 1 : 0) + 2 + (std::abs(exponent) >= 100 ? 3 : 2);
+    std::size_t scientific_size = significant + (significant > 1 ? 1 : 0) + 4;  // d.ddde-XX
+    if (scientific_size < fixed_size) return append_json_number(out, static_cast<double>(nanoseconds) / 1e6);
     char text[40];
     std::size_t n = 0;
-    if (scientific_size < fixed_size) {
-        text[n++] = digits[0];
-        if (significant > 1) {
-            text[n++] = '.';
-            for (std::size_t i = 1; i < significant; ++i) text[n++] = digits[i];
-        }
-        text[n++] = 'e';
-        text[n++] = exponent < 0 ? '-' : '+';
-        auto magnitude = std::abs(exponent);
-        text[n++] = static_cast<char>('0' + magnitude / 10);
-        text[n++] = static_cast<char>('0' + magnitude % 10);
+    if (whole) {
+        for (std::size_t i = 0; i < whole; ++i) text[n++] = digits[i];
     } else {
-        if (whole) {
-            for (std::size_t i = 0; i < whole; ++i) text[n++] = digits[i];
-        } else {
-            text[n++] = '0';
-        }
-        if (fraction) {
-            text[n++] = '.';
-            for (std::size_t i = length; i < 6; ++i) text[n++] = '0';  // leading zeros after the point
-            for (std::size_t i = whole; i < significant; ++i) text[n++] = digits[i];
-        } else {
-            text[n++] = '.';  // a whole number of milliseconds: "5.0", as append_json_number writes it
-            text[n++] = '0';
-        }
+        text[n++] = '0';
+    }
+    text[n++] = '.';
+    if (fraction) {
+        for (std::size_t i = length; i < 6; ++i) text[n++] = '0';  // leading zeros after the point
+        for (std::size_t i = whole; i < significant; ++i) text[n++] = digits[i];
+    } else {
+        text[n++] = '0';  // a whole number of milliseconds: "5.0", as append_json_number writes it
     }
     out.append(text, n);
 }
