@@ -95,7 +95,8 @@ public:
                 auto why = proxy::describe(reader.error());
                 // The head as far as it was read (a body too large is refused from its Content-Length).
                 auto target = reader.get().target();
-                auto shape = error_shape_for(target.substr(0, target.find('?')), reader.get()["anthropic-version"]);
+                auto shape = error_shape_for(target.substr(0, target.find('?')),
+                                             proxy::first_field(reader.get(), "anthropic-version"));
                 co_await send_error(static_cast<http::status>(why.status), why.code, why.message, shape);
                 co_await linger_then_close(stream_);  // the framing is not to be trusted: nothing more is read
                 co_return;
@@ -226,7 +227,7 @@ private:
         if (no.status == http::status::unauthorized || no.status == http::status::forbidden) rec.error = no.message;
         pipeline::record(rec, worker_);
         std::string_view version =
-            reply.head ? std::string_view((*reply.head)["anthropic-version"]) : std::string_view();
+            reply.head ? proxy::first_field(*reply.head, "anthropic-version") : std::string_view();
         auto shape = error_shape_for(rec.path, version);
         auto text = pipeline::render(no, reply.version, reply.keep_alive, rec.request_id, shape);
         stream_.expires_after(ns(reply.idle_timeout));
@@ -270,7 +271,7 @@ private:
             rec.client_ip,
             req.body(),
             services_.clock.unix_now(),
-            cfg.auth.subject.header.empty() ? std::string_view() : std::string_view(req[cfg.auth.subject.header])};
+            cfg.auth.subject.header.empty() ? std::string_view() : proxy::first_field(req, cfg.auth.subject.header)};
         auto admission = co_await admit(*rt, incoming, who);
         if (who) rec.tenant = who->tenant->id, rec.key_id = who->key_id, rec.subject = who->subject;
         if (auto* no = std::get_if<pipeline::Rejection>(&admission)) co_return co_await refuse(*no, rec, reply);
