@@ -127,6 +127,10 @@ core::RecycledString with_output_limit(std::string_view body, const RequestSumma
 
 /// Heuristic token count: about one token per CJK character, about four bytes per token else.
 std::uint64_t estimate_tokens(std::string_view text);
+namespace detail {
+/// The same count on a machine without AVX2: for tests on one that has it.
+std::uint64_t estimate_tokens_without_avx2(std::string_view text);
+}  // namespace detail
 
 /// Costs are clamped here: above every limit's capacity, finite for every store.
 inline constexpr double k_max_cost = 1e18;
