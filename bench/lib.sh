@@ -21,9 +21,11 @@ wait_port() { for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$1) 2>/dev/null
 # nginx answering every request with one fixed chat completion, whose usage differs from what
 # the gateway reserves at first (so requests settle until its learned reservation matches the
 # usage; after that, most need no settlement); sets static_port. The Redis benches' upstream.
+# Its completion stays within the body's max_tokens (64): a report past it would be clamped and
+# counted as a hostile upstream's on every request (SPEC §17), which is not the path measured.
 start_static_completion() {
   static_port=$(port)
-  local completion='{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"llama3-8b","choices":[{"index":0,"message":{"role":"assistant","content":"The quick brown fox."},"finish_reason":"stop"}],"usage":{"prompt_tokens":180,"completion_tokens":120,"total_tokens":300}}'
+  local completion='{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"llama3-8b","choices":[{"index":0,"message":{"role":"assistant","content":"The quick brown fox."},"finish_reason":"stop"}],"usage":{"prompt_tokens":180,"completion_tokens":48,"total_tokens":228}}'
   cat > "$work/nginx.conf" <<CONF
 worker_processes 1;
 pid $work/nginx.pid;

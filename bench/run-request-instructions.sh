@@ -6,7 +6,9 @@
 #   bench/run-request-instructions.sh [seconds counted, default 8]
 #   BENCH_PATHS="json 429" (the default) picks the rows: answered by the upstream, or refused;
 #   TOKENGATE_BENCH_BIN=<binary> counts another build (a before/after);
-#   BENCH_TOP=N prints each row's N costliest functions (self).
+#   BENCH_TOP=N prints each row's N costliest functions (self);
+#   BENCH_CACHE=1 also simulates the caches and prints L1 instruction and data misses per
+#   request: where a path's time goes beyond its instruction count (its code no longer fits).
 # Every thread of the gateway is counted (the access log's writer too), from a warmed-up start.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,12 +16,13 @@ secs=${1:-8}
 source bench/lib.sh tokengate-instructions valgrind
 start_static_completion
 
+cache=(); [ "${BENCH_CACHE:-}" = 1 ] && cache=(--cache-sim=yes)
 printf '%-6s %9s %14s %12s  %s\n' path requests instructions "per request" statuses
 for path in ${BENCH_PATHS:-json 429}; do
   gw=$(port); dir="$work/$path"; mkdir -p "$dir"
   tight=""; [ "$path" = 429 ] && tight="      - { name: tight, algorithm: token_bucket, capacity: 2, rate: 2/s }"
   { bench_limits_config "$gw" 1 "$tight"; echo "log: { access: $dir/access.log, level: warn }"; } > "$dir/gateway.yaml"
-  valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$dir/callgrind.out" \
+  valgrind --tool=callgrind "${cache[@]}" --instr-atstart=no --callgrind-out-file="$dir/callgrind.out" \
     "$bin" serve -c "$dir/gateway.yaml" > "$dir/out.log" 2>&1 & vg=$!; pids+=("$vg")
   for _ in $(seq 600); do (echo > "/dev/tcp/127.0.0.1/$gw") 2>/dev/null && break; sleep 0.1; done
   wrk -t1 -c8 -d3s -s bench/wrk-chat.lua "http://127.0.0.1:$gw" > /dev/null 2>&1  # warm: pools, caches
@@ -33,6 +36,11 @@ for path in ${BENCH_PATHS:-json 429}; do
   total=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/{gsub(",","",$1); print $1}')
   statuses=$(grep -o '"status":[0-9]*' "$dir/access.log" | sort | uniq -c | awk '{printf "%s×%s ", $2, $1}' | sed 's/"status"://g')
   printf '%-6s %9s %14s %12s  %s\n' "$path" "$requests" "$total" "$((total / requests))" "$statuses"
+  if [ ${#cache[@]} -gt 0 ]; then  # PROGRAM TOTALS: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw
+    callgrind_annotate "$dump" 2>/dev/null | awk -v n="$requests" '/PROGRAM TOTALS/{gsub(",",""); gsub(/\([^)]*\)/,"");
+      printf "       L1 misses per request: instructions %d, data %d (read %d, write %d); last level %d\n",
+        $4 / n, ($5 + $6) / n, $5 / n, $6 / n, ($7 + $8 + $9) / n}'
+  fi
   if [ -n "${BENCH_TOP:-}" ]; then
     callgrind_annotate --threshold=100 "$dump" 2>/dev/null | grep -E '^ *[0-9,]+ \(' | sed -n "2,$((BENCH_TOP + 1))p" |
       awk -v n="$requests" '{v=$1; gsub(",","",v); $1=""; $2=""; $3=""; printf "   %7d %s\n", v / n, substr($0, 1, 140)}'
