@@ -195,27 +195,31 @@ void Family::limit_values_per(std::size_t parent, std::size_t child, std::size_t
     value_limit_.max = max;
 }
 
-void Family::add(std::initializer_list<std::string_view> labels, double value) {
-    auto& s = series(labels);
-    s.value.fetch_add(value, std::memory_order_relaxed);
-    show(s);
+void Family::Ref::add(double value) const {
+    series_->value.fetch_add(value, std::memory_order_relaxed);
+    show(*series_);
 }
 
-void Family::set(std::initializer_list<std::string_view> labels, double value) {
-    auto& s = series(labels);
-    s.value.store(value, std::memory_order_relaxed);
-    show(s);
+void Family::Ref::set(double value) const {
+    series_->value.store(value, std::memory_order_relaxed);
+    show(*series_);
 }
 
-void Family::observe(std::initializer_list<std::string_view> labels, double value) {
-    auto& s = series(labels);
-    auto bucket = std::lower_bound(buckets_.begin(), buckets_.end(), value) - buckets_.begin();
-    if (static_cast<std::size_t>(bucket) < buckets_.size())
-        s.bucket_counts[bucket].fetch_add(1, std::memory_order_relaxed);
-    s.sum.fetch_add(value, std::memory_order_relaxed);
-    s.count.fetch_add(1, std::memory_order_relaxed);
-    show(s);
+void Family::Ref::observe(double value) const {
+    const auto& buckets = family_->buckets_;
+    auto bucket = std::lower_bound(buckets.begin(), buckets.end(), value) - buckets.begin();
+    if (static_cast<std::size_t>(bucket) < buckets.size())
+        series_->bucket_counts[bucket].fetch_add(1, std::memory_order_relaxed);
+    series_->sum.fetch_add(value, std::memory_order_relaxed);
+    series_->count.fetch_add(1, std::memory_order_relaxed);
+    show(*series_);
 }
+
+void Family::add(std::initializer_list<std::string_view> labels, double value) { at(labels).add(value); }
+
+void Family::set(std::initializer_list<std::string_view> labels, double value) { at(labels).set(value); }
+
+void Family::observe(std::initializer_list<std::string_view> labels, double value) { at(labels).observe(value); }
 
 void Family::clear() {
     std::lock_guard lock(mutex_);

@@ -1,5 +1,10 @@
 #include "services.hpp"
 
+#include <array>
+#include <atomic>
+#include <string>
+
+#include "tokengate/core/hash.hpp"
 #include "tokengate/tls/context.hpp"
 
 #include <spdlog/spdlog.h>
@@ -10,7 +15,61 @@ namespace {
 
 const std::vector<double> k_latency_buckets = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
 
+std::atomic<std::uint64_t> next_metrics_id{1};
+
+/// One thread's series by name, a slot per name's hash: a name that collides with another is
+/// found again (the registry keeps its series). A slot's series are found on first use, so a
+/// family shows a tenant only once it is updated for it, as before.
+template <class Families>
+class SeriesByName {
+public:
+    static constexpr auto k_families = static_cast<std::size_t>(Families::count);
+    template <class FamilyOf>
+    metrics::Family::Ref get(std::uint64_t owner, Families which, std::string_view name, FamilyOf family_of) {
+        auto& slot = slots_[core::hash_bytes(name) % slots_.size()];
+        if (slot.owner != owner || slot.name != name) {
+            slot.owner = owner;
+            slot.name.assign(name);
+            slot.series = {};
+        }
+        auto& ref = slot.series[static_cast<std::size_t>(which)];
+        if (!ref) ref = family_of(which).at({name});
+        return ref;
+    }
+
+private:
+    struct Slot {
+        std::uint64_t owner = 0;
+        std::string name;
+        std::array<metrics::Family::Ref, k_families> series;
+    };
+    std::array<Slot, 256> slots_;
+};
+
 }  // namespace
+
+metrics::Family::Ref GatewayMetrics::series(PerTenant family, std::string_view tenant) {
+    thread_local SeriesByName<PerTenant> slots;
+    return slots.get(id_, family, tenant, [this](PerTenant f) -> metrics::Family& {
+        switch (f) {
+            case PerTenant::admitted: return admitted;
+            case PerTenant::settled: return settled;
+            case PerTenant::cost_reserved: return cost_reserved;
+            default: return cost_settled;
+        }
+    });
+}
+
+metrics::Family::Ref GatewayMetrics::series(PerUpstream family, std::string_view upstream) {
+    thread_local SeriesByName<PerUpstream> slots;
+    return slots.get(id_, family, upstream, [this](PerUpstream f) -> metrics::Family& {
+        switch (f) {
+            case PerUpstream::inflight: return inflight;
+            case PerUpstream::duration: return upstream_duration;
+            default: return upstream_ttfb;
+        }
+    });
+}
 
 GatewayMetrics::GatewayMetrics(metrics::Registry& r)
     : requests(r.counter("tokengate_requests_total", "Requests answered, by tenant, route and status.",
@@ -86,7 +145,8 @@ GatewayMetrics::GatewayMetrics(metrics::Registry& r)
       upstream_kv_cache(r.gauge("tokengate_upstream_kv_cache_ratio",
                                 "The upstream's KV-cache use (0-1), from its /metrics.", {"upstream"})),
       adaptive_rate(r.gauge("tokengate_adaptive_rate",
-                            "An adaptive limit's refill rate now (per second), as the load moved it.", {"limit"})) {
+                            "An adaptive limit's refill rate now (per second), as the load moved it.", {"limit"})),
+      id_(next_metrics_id.fetch_add(1)) {
     // The model label is the client's string: per tenant, the first 64 models get series of
     // their own, later ones share "_other".
     tokens.limit_values_per(0, 1, 64);

@@ -65,6 +65,18 @@ struct GatewayMetrics {
     metrics::Family& upstream_running;
     metrics::Family& upstream_kv_cache;
     metrics::Family& adaptive_rate;
+
+    /// The families a request updates by its tenant alone, and by its upstream alone. Their
+    /// series are found through a per-thread slot per name, all of a name's families together
+    /// (SPEC §19): a lookup hashes the name once into a small table, not family and labels into
+    /// the registry's per-thread index, whose thousands of entries miss the cache.
+    enum class PerTenant { admitted, settled, cost_reserved, cost_settled, count };
+    enum class PerUpstream { inflight, duration, ttfb, count };
+    metrics::Family::Ref series(PerTenant family, std::string_view tenant);
+    metrics::Family::Ref series(PerUpstream family, std::string_view upstream);
+
+private:
+    const std::uint64_t id_;  // tells the per-thread slots of two gateways in one process apart
 };
 
 /// Shared by every worker thread.

@@ -23,9 +23,31 @@ inline constexpr std::size_t k_max_label_bytes = 128;
 /// family holds `max_series` series, new label sets are counted in one series whose label
 /// values are all "_other", so a flood of tenants or keys cannot exhaust memory.
 class Family {
+    struct Series;
+
 public:
     Family(std::string name, std::string help, Kind kind, std::vector<std::string> label_names,
            std::vector<double> buckets, std::size_t max_series);
+
+    /// One series, found once: an update through it looks nothing up, so a request that makes
+    /// several for the same label set finds it once (SPEC §19). Series are never freed, so a Ref
+    /// stays valid as long as its family; a cleared series shows again on its next update.
+    class Ref {
+    public:
+        Ref() = default;
+        explicit operator bool() const { return series_ != nullptr; }
+        void add(double value = 1) const;
+        void set(double value) const;
+        void observe(double value) const;
+
+    private:
+        friend class Family;
+        Ref(const Family* family, Series* series) : family_(family), series_(series) {}
+        const Family* family_ = nullptr;
+        Series* series_ = nullptr;
+    };
+    /// The series of `labels`, created (or the capped "_other" one) if new.
+    Ref at(std::initializer_list<std::string_view> labels) { return {this, &series(labels)}; }
 
     void add(std::initializer_list<std::string_view> labels, double value = 1);
     void set(std::initializer_list<std::string_view> labels, double value);

@@ -117,19 +117,21 @@ net::awaitable<proxy::ForwardResult> forward_to(Worker& worker, ExchangeRequest&
     const auto& clock = services.clock;
     const auto& upstream = in.runtime.config->upstreams[index];
     auto started = clock.now();
-    services.metrics.inflight.add({upstream.name}, 1);
+    auto inflight = services.metrics.series(GatewayMetrics::PerUpstream::inflight, upstream.name);
+    inflight.add(1);
     proxy::ForwardResult result;
     {
         AtUpstream at(*in.runtime.load[index]);
         result = co_await proxy::forward(worker.pool_for(upstream, worker.worker_count, in.runtime.upstream_tls[index]),
                                          *in.runtime.health[index], up, in.client, in.watch, hooks, clock);
     }
-    services.metrics.inflight.add({upstream.name}, -1);
+    inflight.add(-1);
     if (upstream.https) count_handshakes(worker, upstream.name, result.tls);
-    services.metrics.upstream_duration.observe({upstream.name}, static_cast<double>(clock.now() - started) / 1e9);
+    services.metrics.series(GatewayMetrics::PerUpstream::duration, upstream.name)
+        .observe(static_cast<double>(clock.now() - started) / 1e9);
     if (result.first_byte_at) {
         auto ttfb = static_cast<double>(result.first_byte_at - started) / 1e9;
-        services.metrics.upstream_ttfb.observe({upstream.name}, ttfb);
+        services.metrics.series(GatewayMetrics::PerUpstream::ttfb, upstream.name).observe(ttfb);
         services.activity.first_byte(upstream.name, ttfb);
     }
     co_return result;

@@ -91,7 +91,7 @@ Permit::Permit(Permit&& other) noexcept
 }
 
 void Permit::settle(const config::Amounts& actual) {
-    if (move_charges_to(actual)) metrics_->settled.add({tenant_});
+    if (move_charges_to(actual)) metrics_->series(GatewayMetrics::PerTenant::settled, tenant_).add();
 }
 
 void Permit::withdraw() { move_charges_to({}); }
@@ -182,7 +182,7 @@ net::awaitable<Result<Permit>> limit(store::Store& store, Admitted& admitted, co
         headers.push_back({"x-tokengate-output-capped", std::to_string(admitted.output.bound())});
         if (admitted.output.lowered) metrics.output_capped.add({tenant});
     }
-    metrics.admitted.add({tenant});
+    metrics.series(GatewayMetrics::PerTenant::admitted, tenant).add();
     permit.set_headers(std::move(headers));
     co_return permit;
 }

@@ -10,8 +10,8 @@ namespace {
 void count(const RequestRecord& r, GatewayMetrics& m) {
     if (!r.rejected_limit.empty()) m.rejections.add({r.rejected_level, r.rejected_limit, r.tenant});
     if (r.cost_reserved > 0) {
-        m.cost_reserved.add({r.tenant}, r.cost_reserved);
-        m.cost_settled.add({r.tenant}, r.cost_settled);
+        m.series(GatewayMetrics::PerTenant::cost_reserved, r.tenant).add(r.cost_reserved);
+        m.series(GatewayMetrics::PerTenant::cost_settled, r.tenant).add(r.cost_settled);
     }
     if (r.prompt_tokens) m.tokens.add({r.tenant, r.model, "prompt"}, static_cast<double>(r.prompt_tokens));
     if (r.completion_tokens) m.tokens.add({r.tenant, r.model, "completion"}, static_cast<double>(r.completion_tokens));

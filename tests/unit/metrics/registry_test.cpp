@@ -56,6 +56,33 @@ TEST(Registry, ClearHidesSeriesUntilTheyAreSetAgain) {
     EXPECT_EQ(text.find("cpu"), std::string::npos) << text;
 }
 
+TEST(Registry, ARefUpdatesTheSeriesItWasFoundFor) {
+    Registry r(/*max_series_per_family=*/2);
+    auto& c = r.counter("tg_c", "C.", {"tenant"});
+    auto& latency = r.histogram("tg_latency_seconds", "Latency.", {"upstream"}, {0.1, 1});
+    auto acme = c.at({"acme"});
+    acme.add();
+    acme.add(2);
+    c.add({"acme"});
+    EXPECT_DOUBLE_EQ(c.value({"acme"}), 4) << "the Ref and the labels reach one series";
+    auto up = latency.at({"a"});
+    up.observe(0.05);
+    up.observe(5);
+    EXPECT_NE(r.render().find("tg_latency_seconds_bucket{upstream=\"a\",le=\"0.1\"} 1\n"), std::string::npos);
+    EXPECT_DOUBLE_EQ(latency.value({"a"}), 2);
+    c.add({"beta"});
+    c.at({"gamma"}).add(5);  // past the cap: the Ref is "_other"'s
+    EXPECT_NE(r.render().find("tg_c{tenant=\"_other\"} 5\n"), std::string::npos) << r.render();
+    auto& depth = r.gauge("tg_queue_depth", "Waiting.", {"limit"});
+    auto gpu = depth.at({"gpu"});
+    gpu.set(3);
+    depth.clear();
+    EXPECT_EQ(r.render().find("tg_queue_depth{"), std::string::npos);
+    gpu.set(2);
+    EXPECT_NE(r.render().find("tg_queue_depth{limit=\"gpu\"} 2\n"), std::string::npos)
+        << "a cleared series shows again";
+}
+
 TEST(Registry, ANewRegistryNeverSeesAnOldOnesSeries) {
     // Each thread caches where a series lives; a registry built where an old one stood must
     // not find the old one's series through that cache.
