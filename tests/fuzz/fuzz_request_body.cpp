@@ -1,7 +1,9 @@
 // The request-body cost scanner: any bytes a client sends to any endpoint of SPEC §11's
 // table are either priced or refused. The first byte picks the path.
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "tokengate/cost/cost.hpp"
@@ -35,7 +37,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 __builtin_trap();
         }
     }
-    (void)tokengate::cost::estimate_tokens(body);
+    // The mask counters (AVX2 here, SSE2 elsewhere) count ASCII text as the run-by-run rules
+    // do: with one é appended (a token of its own) it is counted run by run.
+    auto tokens = tokengate::cost::estimate_tokens(body);
+    if (tokens != tokengate::cost::detail::estimate_tokens_without_avx2(body)) __builtin_trap();
+    bool ascii = std::all_of(body.begin(), body.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+    if (ascii && tokens + 1 != tokengate::cost::estimate_tokens(std::string(body) + "\xc3\xa9")) __builtin_trap();
     // SPEC §22: the prefix prefix_affinity hashes, read from any body of any shape.
     (void)tokengate::cost::prompt_prefix_hash(body, parsed.summary.endpoint, 1 + data[0] % 300, nullptr);
     return 0;
