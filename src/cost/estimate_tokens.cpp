@@ -278,8 +278,11 @@ std::optional<std::uint64_t> count_ascii_sse2(const unsigned char* bytes, std::s
 // A role, a name: shorter text is counted run by run, cheaper than classifying a padded block.
 constexpr std::size_t k_short = 24;
 
-const bool k_has_avx2 =
-    __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt") && __builtin_cpu_supports("bmi");
+// Read at static initialization, which may come before the compiler's own CPU detection runs.
+const bool k_has_avx2 = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt") && __builtin_cpu_supports("bmi");
+}();
 #endif
 
 }  // namespace
