@@ -79,26 +79,29 @@ void append_json_string(std::string& out, std::string_view text) {
     out.push_back('"');
 }
 
+char* write_shortest_number(char* buf, double value) {
+    if (value != 0 && value == std::trunc(value) && std::fabs(value) < 0x1p53) {
+        // Whole numbers (costs, token counts, limits) as integers: a tenth of the shortest-double
+        // search. The same text as to_chars(double): scientific only where shorter ("1e+05",
+        // "1.5e+06").
+        auto* end = std::to_chars(buf, buf + 32, static_cast<std::int64_t>(value)).ptr;
+        std::string_view whole(buf, static_cast<std::size_t>(end - buf));
+        std::size_t sign = value < 0 ? 1 : 0;
+        std::size_t digits = whole.size() - sign;
+        std::size_t significant = whole.find_last_not_of('0') + 1 - sign;
+        if (significant + (significant > 1 ? 1 : 0) + 4 < digits) end = std::to_chars(buf, buf + 32, value).ptr;
+        return end;
+    }
+    return std::to_chars(buf, buf + 32, value).ptr;
+}
+
 void append_json_number(std::string& out, double value) {
     if (!std::isfinite(value)) {
         out += "null";
         return;
     }
     char buf[32];
-    auto* end = buf;
-    if (value != 0 && value == std::trunc(value) && std::fabs(value) < 0x1p53) {
-        // Whole numbers (costs, token counts) as integers: a tenth of the shortest-double search.
-        // The same text as to_chars(double): scientific only where shorter ("1e+05", "1.5e+06").
-        end = std::to_chars(buf, buf + sizeof buf, static_cast<std::int64_t>(value)).ptr;
-        std::string_view whole(buf, static_cast<std::size_t>(end - buf));
-        std::size_t sign = value < 0 ? 1 : 0;
-        std::size_t digits = whole.size() - sign;
-        std::size_t significant = whole.find_last_not_of('0') + 1 - sign;
-        if (significant + (significant > 1 ? 1 : 0) + 4 < digits) end = std::to_chars(buf, buf + sizeof buf, value).ptr;
-    } else {
-        end = std::to_chars(buf, buf + sizeof buf, value).ptr;
-    }
-    std::string_view text(buf, static_cast<std::size_t>(end - buf));
+    std::string_view text(buf, static_cast<std::size_t>(write_shortest_number(buf, value) - buf));
     out.append(text);
     if (text.find_first_of(".en") == std::string_view::npos) out += ".0";
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "tokengate/core/json_writer.hpp"
 #include "tokengate/core/saturate.hpp"
 
 namespace tokengate::redis {
@@ -568,9 +569,9 @@ std::optional<double> number_of(const Reply& r) {
 std::string_view limiter_script() { return k_script; }
 
 std::string number_text(double value) {
-    char buf[64];
-    auto [p, ec] = std::to_chars(buf, buf + sizeof buf, value);
-    return std::string(buf, ec == std::errc{} ? p : buf);
+    // A decision's limits, amounts and lease length are mostly whole: the integer path.
+    char buf[32];
+    return std::string(buf, core::write_shortest_number(buf, value));
 }
 
 std::string KeySpace::tag(const limiter::Charge& charge) const {

@@ -10,6 +10,10 @@ namespace tokengate::core {
 /// escaped, invalid UTF-8 replaced by U+FFFD, so every line stays valid JSON.
 void append_json_string(std::string& out, std::string_view text);
 
+/// Writes `value` into `buf` (32 chars at least) as std::to_chars(double) does, the shortest
+/// text that reads back exactly, whole numbers by the integer path. Returns the end.
+char* write_shortest_number(char* buf, double value);
+
 /// Appends a number the way JSON libraries print it: shortest round-trip form, with ".0" on
 /// whole doubles ("11.0"), so log consumers see one stable format.
 void append_json_number(std::string& out, double value);

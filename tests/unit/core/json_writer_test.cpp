@@ -2,6 +2,8 @@
 #include <nlohmann/json.hpp>
 
 #include <charconv>
+#include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -122,6 +124,50 @@ TEST(JsonWriter, WholeNumbersReadAsTheShortestDoubleWrites) {
         std::string out;
         append_json_number(out, v);
         EXPECT_EQ(out, shortest(v)) << v;
+    }
+}
+
+// The Redis script's arguments use it bare: every double, whole or not, as to_chars writes it.
+TEST(JsonWriter, ShortestNumberIsWhatToCharsWrites) {
+    std::vector<double> values{0.0,
+                               -0.0,
+                               0.1,
+                               1.5,
+                               1e-300,
+                               5e-324,
+                               1e300,
+                               -2.5e-7,
+                               1e15,
+                               1e16,
+                               0x1p53,
+                               0x1p53 - 1,
+                               -0x1p53,
+                               1e6,
+                               1e7,
+                               2e5,
+                               10000,
+                               120000,
+                               1500000,
+                               228,
+                               30000,
+                               1733500000123456.0,
+                               std::numeric_limits<double>::infinity(),
+                               -std::numeric_limits<double>::infinity(),
+                               std::numeric_limits<double>::quiet_NaN(),
+                               std::numeric_limits<double>::max()};
+    std::mt19937_64 random(7);
+    for (int i = 0; i < 20000; ++i) {
+        auto bits = random();
+        values.push_back(static_cast<double>(bits >> (bits % 60)));  // whole, every size
+        values.push_back(static_cast<double>(bits % 1000) * std::pow(10.0, static_cast<double>(bits % 17)));  // zeros
+        values.push_back(static_cast<double>(bits >> 11) / static_cast<double>(1 + (bits & 0xffff)));  // not whole
+    }
+    for (double v : values) {
+        char expected[32], got[32];
+        std::string_view want(expected,
+                              static_cast<std::size_t>(std::to_chars(expected, expected + 32, v).ptr - expected));
+        std::string_view have(got, static_cast<std::size_t>(write_shortest_number(got, v) - got));
+        ASSERT_EQ(have, want) << v;
     }
 }
 
