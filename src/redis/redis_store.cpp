@@ -10,6 +10,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <deque>
 #include <optional>
@@ -366,11 +367,12 @@ double RedisStore::script_now_us() const {
 std::string RedisStore::next_lease() {
     auto n = lease_counter_.fetch_add(1, std::memory_order_relaxed);
     char buf[24];
-    auto length = std::snprintf(buf, sizeof buf, ".%llx", static_cast<unsigned long long>(n));
+    buf[0] = '.';
+    auto* end = std::to_chars(buf + 1, buf + sizeof buf, n, 16).ptr;  // snprintf's formatter costs ~10x
     std::string lease;
-    lease.reserve(replica_id_.size() + static_cast<std::size_t>(length));  // one allocation
+    lease.reserve(replica_id_.size() + static_cast<std::size_t>(end - buf));  // one allocation
     lease += replica_id_;
-    lease.append(buf, static_cast<std::size_t>(length));
+    lease.append(buf, end);
     return lease;
 }
 
@@ -512,6 +514,7 @@ net::awaitable<Decision> RedisStore::run_decision(std::span<const Charge> charge
     }
     // SPEC §18: the leased limits here, the tenant's in Redis, all or nothing across both.
     LeasedSplit split;
+    split.shared.reserve(charges.size());  // one allocation, not one per doubling
     for (std::size_t i = 0; i < charges.size(); ++i) {
         if (LeaseBook::leased(charges[i])) {
             split.leased.push_back(&charges[i]);

@@ -655,14 +655,21 @@ ScriptCall decide_call(std::string_view sha, const KeySpace& keys, std::span<con
 }
 
 namespace {
+/// A call's key count (EVALSHA sha n key...), which this file wrote itself.
+std::size_t key_count(const std::vector<std::string>& call) {
+    std::size_t n = 0;
+    std::from_chars(call[2].data(), call[2].data() + call[2].size(), n);
+    return n;
+}
 // For calls that several calls' arguments (EVALSHA sha n key... argv...) make one.
 std::size_t all_keys(std::span<const std::vector<std::string>> calls) {
     std::size_t keys = 0;
-    for (const auto& c : calls) keys += std::stoul(c[2]);
+    for (const auto& c : calls) keys += key_count(c);
     return keys;
 }
 void append_keys(std::vector<std::string>& a, std::span<const std::vector<std::string>> calls) {
-    for (const auto& c : calls) a.insert(a.end(), c.begin() + 3, c.begin() + 3 + std::stol(c[2]));
+    for (const auto& c : calls)
+        a.insert(a.end(), c.begin() + 3, c.begin() + 3 + static_cast<std::ptrdiff_t>(key_count(c)));
 }
 /// Moves `from`'s elements [first, last) onto the end of `a`.
 void move_onto(std::vector<std::string>& a, std::vector<std::string>& from, std::size_t first, std::size_t last) {
@@ -672,7 +679,8 @@ void move_onto(std::vector<std::string>& a, std::vector<std::string>& from, std:
 /// The keys that more than one of `decisions` touches, each once.
 std::vector<std::string_view> repeated_keys(std::span<const std::vector<std::string>> decisions) {
     std::vector<std::string_view> keys;
-    for (const auto& d : decisions) keys.insert(keys.end(), d.begin() + 3, d.begin() + 3 + std::stol(d[2]));
+    for (const auto& d : decisions)
+        keys.insert(keys.end(), d.begin() + 3, d.begin() + 3 + static_cast<std::ptrdiff_t>(key_count(d)));
     std::sort(keys.begin(), keys.end());
     std::vector<std::string_view> repeated;
     for (std::size_t i = 1; i < keys.size(); ++i)
@@ -680,7 +688,7 @@ std::vector<std::string_view> repeated_keys(std::span<const std::vector<std::str
     return repeated;
 }
 std::size_t marker_index(const std::vector<std::string>& settlement) {
-    return 3 + std::stoul(settlement[2]) + 3;  // EVALSHA sha n key... 'settle' time lease marker
+    return 3 + key_count(settlement) + 3;  // EVALSHA sha n key... 'settle' time lease marker
 }
 }  // namespace
 
@@ -697,15 +705,15 @@ ScriptCall decide_many_call(std::string_view sha, std::span<std::vector<std::str
     a.emplace_back("EVALSHA");
     a.emplace_back(sha);
     a.push_back(std::to_string(all_keys(decisions)));
-    for (auto& d : decisions) move_onto(a, d, 3, 3 + std::stoul(d[2]));
+    for (auto& d : decisions) move_onto(a, d, 3, 3 + key_count(d));
     a.emplace_back("decide_many");
     // One time for all, as in one call (Redis TIME, unless a test's clock gave one): the first's.
-    a.push_back(decisions.empty() ? std::string() : decisions.front()[3 + std::stoul(decisions.front()[2]) + 1]);
+    a.push_back(decisions.empty() ? std::string() : decisions.front()[3 + key_count(decisions.front()) + 1]);
     a.push_back(std::to_string(repeated.size()));
     move_onto(a, repeated, 0, repeated.size());
     for (auto& d : decisions) {
         a.push_back(d[2]);
-        move_onto(a, d, 3 + std::stoul(d[2]) + 2, d.size());  // lease, lease_ms, items
+        move_onto(a, d, 3 + key_count(d) + 2, d.size());  // lease, lease_ms, items
     }
     return call;
 }
@@ -717,7 +725,7 @@ std::optional<std::vector<std::span<const Reply>>> split_decisions(
     each.reserve(decisions.size());
     std::span<const Reply> rest(reply.elements);
     for (const auto& d : decisions) {
-        auto size = 2 + 6 * std::stoul(d[2]);
+        auto size = 2 + 6 * key_count(d);
         if (size > rest.size()) return std::nullopt;
         each.push_back(rest.first(size));
         rest = rest.subspan(size);
@@ -792,7 +800,7 @@ ScriptCall settle_batch_call(std::string_view sha, std::span<const std::vector<s
         append_keys(a, settlements);
     }
     for (const auto& s : settlements) {
-        auto n = std::stoul(s[2]);
+        auto n = key_count(s);
         a.push_back(s[2]);
         // lease, marker, then four per key
         a.insert(a.end(), s.begin() + 3 + static_cast<std::ptrdiff_t>(n) + 2, s.end());
