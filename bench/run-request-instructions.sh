@@ -5,6 +5,8 @@
 # access log on), wrk posting its ~1 KB chat body with 100 keys at 8 connections.
 #   bench/run-request-instructions.sh [seconds counted, default 8]
 #   BENCH_PATHS="json 429" (the default) picks the rows: answered by the upstream, or refused;
+#     "redis" is the json row on the Redis store with leases (the Redis bench's redis+leases
+#     row: the tenant's limits decided in a redis-server of its own, the others leased);
 #   TOKENGATE_BENCH_BIN=<binary> counts another build (a before/after);
 #   BENCH_TOP=N prints each row's N costliest functions (self);
 #   BENCH_CACHE=1 also simulates the caches and prints L1 instruction and data misses per
@@ -13,15 +15,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-8}
-source bench/lib.sh tokengate-instructions valgrind
+source bench/lib.sh tokengate-instructions valgrind redis-server
 start_static_completion
+redis_port=""
 
 cache=(); [ "${BENCH_CACHE:-}" = 1 ] && cache=(--cache-sim=yes)
 printf '%-6s %9s %14s %12s  %s\n' path requests instructions "per request" statuses
 for path in ${BENCH_PATHS:-json 429}; do
   gw=$(port); dir="$work/$path"; mkdir -p "$dir"
   tight=""; [ "$path" = 429 ] && tight="      - { name: tight, algorithm: token_bucket, capacity: 2, rate: 2/s }"
-  { bench_limits_config "$gw" 1 "$tight"; echo "log: { access: $dir/access.log, level: warn }"; } > "$dir/gateway.yaml"
+  { bench_limits_config "$gw" 1 "$tight"; echo "log: { access: $dir/access.log, level: warn }"
+    if [ "$path" = redis ]; then
+      if [ -z "$redis_port" ]; then
+        redis_port=$(port)
+        redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no > "$work/redis.log" 2>&1 & pids+=($!)
+        wait_port "$redis_port"
+      fi
+      echo "store:"
+      echo "  backend: redis"
+      echo "  redis: { url: \"redis://127.0.0.1:$redis_port/0\", timeout: 2s, pool: 8, on_error: fail_closed }"
+      echo "  leases: { fraction: 0.05, min_period: 200ms }"
+    fi; } > "$dir/gateway.yaml"
   valgrind --tool=callgrind "${cache[@]}" --instr-atstart=no --callgrind-out-file="$dir/callgrind.out" \
     "$bin" serve -c "$dir/gateway.yaml" > "$dir/out.log" 2>&1 & vg=$!; pids+=("$vg")
   for _ in $(seq 600); do (echo > "/dev/tcp/127.0.0.1/$gw") 2>/dev/null && break; sleep 0.1; done
