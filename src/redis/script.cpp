@@ -1,10 +1,13 @@
 #include "tokengate/redis/script.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 
+#include "tokengate/core/hash.hpp"
 #include "tokengate/core/json_writer.hpp"
 #include "tokengate/core/saturate.hpp"
 
@@ -319,22 +322,32 @@ end
 
 -- What a decision keeps of each limit between checking it and charging it, by the limit's
 -- index: shared by the decisions of a call, as a table made per limit costs a rate bucket's
--- whole arithmetic. `more` holds what the queues and quotas need (nil for the rest).
-local kinds, oks, tats, kepts, more = {}, {}, {}, {}, {}
+-- whole arithmetic. `more` holds what the queues and quotas need (nil for the rest); `bases`
+-- where each limit's arguments start, `amounts` its amount as the gateway spelled it.
+local kinds, oks, tats, kepts, more, bases, amounts = {}, {}, {}, {}, {}, {}, {}
 
 -- One decision (decide, peek): every limit is checked first; only if every enforced one admits
 -- is any charged (`commit`). Its keys are keys[k + 1 .. k + n]; ARGV[a] its lease, ARGV[a + 1]
--- the lease's ms, then eight per key. Its verdict goes into out[o + 1 .. o + 2 + 6n].
-local function decide(commit, keys, k, n, a, out, o)
+-- the lease's ms, then eight per key; or, given `tuples` (decide_many), two per key: the place
+-- of its limit's eight among the call's (from ARGV[tuples], the amount's left empty), and its
+-- amount. Its verdict goes into out[o + 1 .. o + 2 + 6n].
+local function decide(commit, keys, k, n, a, out, o, tuples)
   local lease = ARGV[a]
   out[o + 1] = floor(now + 0.5)
   out[o + 2] = 1
   local allowed = true
   for i = 1, n do
     local key = keys[k + i]
-    local b = a + 2 + (i - 1) * 8
+    local b, amount_s
+    if tuples then
+      b, amount_s = tuples + (parse(ARGV[a + 2 * i]) - 1) * 8, ARGV[a + 1 + 2 * i]
+    else
+      b = a + 2 + (i - 1) * 8
+      amount_s = ARGV[b + 3]
+    end
+    bases[i], amounts[i] = b, amount_s
     local kind, cap_s, rate_s = ARGV[b], ARGV[b + 1], ARGV[b + 2]
-    local cap, rate, amount = parse(cap_s), parse(rate_s), parse(ARGV[b + 3])
+    local cap, rate, amount = parse(cap_s), parse(rate_s), parse(amount_s)
     local enforce = ARGV[b + 4] == '1'
     local admitted, remaining, until_full, retry, wait, extra = false, 0, 0, 0, 0, 0
     local s = nil
@@ -463,15 +476,15 @@ local function decide(commit, keys, k, n, a, out, o)
     local key, kind, s = keys[k + i], kinds[i], more[i]
     if oks[i] then
       if kind == 'r' then
-        local b = a + 2 + (i - 1) * 8
+        local b = bases[i]
         save_rate(key, tats[i], ARGV[b + 1], ARGV[b + 2], kepts[i])
       elseif kind == 'q' then
         -- Kept a day past the window's end, for settlements still on their way.
-        redis.call('HINCRBYFLOAT', key, 'u', ARGV[a + 2 + (i - 1) * 8 + 3])
+        redis.call('HINCRBYFLOAT', key, 'u', amounts[i])
         redis.call('PEXPIRE', key, ms(s.left / 1000 + 86400000))
       elseif kind == 'c' then
         local lease_ms = tonumber(ARGV[a + 1])
-        redis.call('ZADD', key, now + lease_ms * 1000, lease .. '|' .. ARGV[a + 2 + (i - 1) * 8 + 3])
+        redis.call('ZADD', key, now + lease_ms * 1000, lease .. '|' .. amounts[i])
         redis.call('PEXPIRE', key, ms(lease_ms))
       elseif kind == 'p' then
         if s.queued then
@@ -500,8 +513,8 @@ local function decide(commit, keys, k, n, a, out, o)
 end
 
 -- Decisions that a worker had at once, in one call (SPEC §18: the script's start, TIME and the
--- call's framing paid once): after the keys they share (below), each is its key count, then
--- decide()'s arguments.
+-- call's framing paid once): after the keys they share and the limits' arguments (below), each
+-- is its key count, its lease and the lease's ms, then each limit's place and amount.
 -- Each is decided on its own, in order, exactly as if it were its own call; the reply is their
 -- verdicts one after another (one array: Redis converts a nested one element by element too).
 if op == 'decide_many' then
@@ -512,13 +525,16 @@ if op == 'decide_many' then
     held_keys = {}
     for i = 4, 3 + repeated do held_keys[ARGV[i]] = true end
   end
-  local replies, o, k, a, last = {}, 0, 0, 4 + repeated, #ARGV
+  -- Then how many distinct limits' arguments the call has, and those, eight each (the amount
+  -- left empty): most of a tier's decisions share them, which the gateway then sends once.
+  local tuples = 5 + repeated
+  local replies, o, k, a, last = {}, 0, 0, tuples + 8 * tonumber(ARGV[4 + repeated]), #ARGV
   while a <= last do
     local n = parse(ARGV[a])
-    decide(true, KEYS, k, n, a + 1, replies, o)
+    decide(true, KEYS, k, n, a + 1, replies, o, tuples)
     o = o + 2 + 6 * n
     k = k + n
-    a = a + 3 + 8 * n
+    a = a + 3 + 2 * n
   end
   write_held()
   return replies
@@ -692,16 +708,64 @@ std::size_t marker_index(const std::vector<std::string>& settlement) {
 }
 }  // namespace
 
+namespace {
+// A decide_call's limit: its eight items from 3 + n + 4 + 8i (n its key count); the fourth is
+// its amount, which differs between requests where the rest of a tier's limit does not.
+constexpr std::size_t k_amount = 3;
+std::uint64_t limit_hash(const std::vector<std::string>& d, std::size_t at) {
+    std::uint64_t h = 0;
+    for (std::size_t j = 0; j < 8; ++j)
+        if (j != k_amount) h = core::hash_bytes(d[at + j], h);
+    return h;
+}
+bool same_limit(const std::vector<std::string>& x, std::size_t at_x, const std::vector<std::string>& y,
+                std::size_t at_y) {
+    for (std::size_t j = 0; j < 8; ++j)
+        if (j != k_amount && x[at_x + j] != y[at_y + j]) return false;
+    return true;
+}
+}  // namespace
+
 ScriptCall decide_many_call(std::string_view sha, std::span<std::vector<std::string>> decisions) {
     // Each is decide_call's: EVALSHA sha n key... 'decide' time lease lease_ms item...
+    // A limit's items but its amount go once a call, and each decision names them by their
+    // place (1-based): a tier's limits are the same for all its tenants, so Redis reads 2 per
+    // limit a decision instead of 8. The distinct ones are found with an open-addressed table.
+    struct Limit {
+        std::size_t decision, at;
+    };
+    std::size_t limits_in_all = 0;
+    for (const auto& d : decisions) limits_in_all += key_count(d);
+    std::vector<Limit> limits;
+    limits.reserve(limits_in_all);
+    std::vector<std::uint32_t> places;  // each decision's limits' places, in order
+    places.reserve(limits_in_all);
+    std::vector<std::uint32_t> table(std::bit_ceil(2 * limits_in_all + 1), 0);  // 0: empty
+    auto mask = table.size() - 1;
+    for (std::size_t di = 0; di < decisions.size(); ++di) {
+        const auto& d = decisions[di];
+        auto n = key_count(d);
+        for (std::size_t i = 0, at = 3 + n + 4; i < n; ++i, at += 8) {
+            for (auto slot = limit_hash(d, at) & mask;; slot = (slot + 1) & mask) {
+                auto place = table[slot];
+                if (place == 0) {
+                    limits.push_back({di, at});
+                    table[slot] = place = static_cast<std::uint32_t>(limits.size());
+                } else if (const auto& l = limits[place - 1]; !same_limit(decisions[l.decision], l.at, d, at)) {
+                    continue;
+                }
+                places.push_back(place);
+                break;
+            }
+        }
+    }
+
     ScriptCall call;
     auto& a = call.args;
-    std::size_t size = 7;
-    for (const auto& d : decisions) size += d.size() - 4;
     // The script reads and writes these once for the call (copied: their decisions' keys move).
     auto views = repeated_keys(decisions);
     std::vector<std::string> repeated(views.begin(), views.end());
-    a.reserve(size + repeated.size());
+    a.reserve(8 + 3 * limits_in_all + repeated.size() + 8 * limits.size() + 3 * decisions.size());
     a.emplace_back("EVALSHA");
     a.emplace_back(sha);
     a.push_back(std::to_string(all_keys(decisions)));
@@ -711,9 +775,20 @@ ScriptCall decide_many_call(std::string_view sha, std::span<std::vector<std::str
     a.push_back(decisions.empty() ? std::string() : decisions.front()[3 + key_count(decisions.front()) + 1]);
     a.push_back(std::to_string(repeated.size()));
     move_onto(a, repeated, 0, repeated.size());
+    a.push_back(std::to_string(limits.size()));
+    for (const auto& l : limits) {
+        auto& d = decisions[l.decision];
+        for (std::size_t j = 0; j < 8; ++j) a.push_back(j == k_amount ? std::string() : std::move(d[l.at + j]));
+    }
+    auto place = places.begin();
     for (auto& d : decisions) {
+        auto n = key_count(d);
         a.push_back(d[2]);
-        move_onto(a, d, 3 + key_count(d) + 2, d.size());  // lease, lease_ms, items
+        move_onto(a, d, 3 + n + 2, 3 + n + 4);  // lease, lease_ms
+        for (std::size_t i = 0, at = 3 + n + 4; i < n; ++i, at += 8) {
+            a.push_back(std::to_string(*place++));
+            a.push_back(std::move(d[at + k_amount]));
+        }
     }
     return call;
 }

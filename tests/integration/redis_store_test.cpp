@@ -532,6 +532,38 @@ TEST(RedisStore, DecisionsOfOneTurnOfTheLoopGoInOneCallEachOnItsOwn) {
     EXPECT_NE(stats.find("cmdstat_evalsha:calls=3,"), std::string::npos) << stats;
 }
 
+// A call names a limit's items once and each decision's amount on its own: decisions of one
+// call that share a limit but not an amount are each charged their own.
+TEST(RedisStore, DecisionsInOneCallEachChargeTheirOwnAmount) {
+    REQUIRE_REDIS();
+    RedisServer redis;
+    Fixture f(redis);
+    auto tokens = spec("tokens", Algorithm::token_bucket, 30, 0.001, config::Unit::cost);
+    auto slots = spec("slots", Algorithm::concurrency, 100, 0);
+    ASSERT_EQ(redis.command({"CONFIG", "RESETSTAT"}), "+OK\r\n");
+    // Amounts 1..10 in one turn: 1 + 2 + ... + 7 = 28 fit in 30; 8, 9 and 10 do not.
+    constexpr int n = 10;
+    std::vector<std::vector<Charge>> charges;
+    for (int i = 0; i < n; ++i)
+        charges.push_back({charge(tokens, Level::tenant, "acme", i + 1), charge(slots, Level::tenant, "acme", 1)});
+    std::vector<std::optional<Decision>> out(n);
+    for (int i = 0; i < n; ++i)
+        net::co_spawn(f.ioc, f.store.decide(charges[static_cast<std::size_t>(i)]),
+                      [&out, i](std::exception_ptr, Decision d) { out[i] = std::move(d); });
+    f.run_until([&] { return std::all_of(out.begin(), out.end(), [](const auto& d) { return d.has_value(); }); });
+    double used = 0;
+    for (int i = 0; i < n; ++i) {
+        ASSERT_TRUE(out[i]) << i;
+        EXPECT_EQ(out[i]->allowed, i < 7) << i;
+        if (out[i]->allowed) used += i + 1;
+        EXPECT_NEAR(out[i]->statuses[0].verdict.remaining, 30 - used, 0.01) << i;
+        // Each limit's own verdict: the slots would admit even a request the tokens refuse.
+        EXPECT_EQ(out[i]->statuses[1].verdict.remaining, 100 - std::min(i, 7) - 1) << i;
+    }
+    auto stats = redis.command({"INFO", "commandstats"});
+    EXPECT_NE(stats.find("cmdstat_evalsha:calls=1,"), std::string::npos) << stats;
+}
+
 TEST(RedisStore, ABatchAppliesEachMarkersSettlementsOnceAllOrNone) {
     REQUIRE_REDIS();
     RedisServer redis;

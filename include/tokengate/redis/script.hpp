@@ -60,8 +60,9 @@ ScriptCall decide_call(std::string_view sha, const KeySpace& keys, std::span<con
 /// One EVALSHA deciding `decisions` (each a committing decide_call's arguments) in order, each
 /// on its own as if it were its own call: its reply is their replies' elements one after
 /// another (split_decisions parts them). Mode standalone and sentinel only (their keys are many
-/// tenants', so many slots). Their keys and items move into the call; each one's key count
-/// stays, for split_decisions.
+/// tenants', so many slots). A limit's items but its amount go once a call, and each decision
+/// names them by their place with its amount. Their keys and items move into the call; each
+/// one's key count stays, for split_decisions.
 ScriptCall decide_many_call(std::string_view sha, std::span<std::vector<std::string>> decisions);
 /// The reply to a decide_many_call as each decision's own verdict (2 + 6 elements a limit,
 /// views into `reply`), in order; nullopt if it is not as long as their verdicts together.

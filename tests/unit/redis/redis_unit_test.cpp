@@ -196,21 +196,37 @@ TEST(RedisScript, DecisionsTakenTogetherKeepEachOnesArguments) {
         {"EVALSHA", "s", "1", "k3", "decide", "", "L2", "600000", "c", "4", "0", "1", "1", "0", "0", "0"}};
     // Copied first: a call takes its decisions' keys and items (their key counts stay).
     std::vector<std::vector<std::string>> same_tenant{decisions[0], decisions[0], decisions[0], decisions[1]};
+    auto different_amount = decisions[0];
+    different_amount[9 + 3] = "7";  // the first limit's amount
+    auto different_capacity = decisions[0];
+    different_capacity[17 + 1] = "21";  // the second limit's capacity
+    std::vector<std::vector<std::string>> mixed{decisions[0], different_amount, different_capacity};
     auto call = decide_many_call("sha", decisions).args;
-    std::vector<std::string> expected{"EVALSHA", "sha",    "3", "k1", "k2", "k3", "decide_many", "",  "0", "2",
-                                      "L1",      "600000", "r", "10", "1",  "1",  "1",           "1", "0", "0",
-                                      "r",       "20",     "2", "1",  "1",  "1",  "0",           "0", "1", "L2",
-                                      "600000",  "c",      "4", "0",  "1",  "1",  "0",           "0", "0"};
+    // A limit's items but its amount once (the amount left empty), then each decision's key
+    // count, lease, lease ms, and each limit's place among them and its amount.
+    std::vector<std::string> expected{
+        "EVALSHA", "sha", "3", "k1", "k2",     "k3", "decide_many", "",  "0", "3", "r",  "10",     "1", "", "1", "1",
+        "0",       "0",   "r", "20", "2",      "",   "1",           "1", "0", "0", "c",  "4",      "0", "", "1", "0",
+        "0",       "0",   "2", "L1", "600000", "1",  "1",           "2", "1", "1", "L2", "600000", "3", "1"};
     EXPECT_EQ(call, expected);
     EXPECT_EQ(decisions[0][2], "2");
     EXPECT_EQ(decisions[1][2], "1");
     // Keys that more than one decision touches are named once, after the time and their count.
     auto shared = decide_many_call("sha", same_tenant).args;
-    ASSERT_GE(shared.size(), 19u);
+    ASSERT_GE(shared.size(), 41u);
     EXPECT_EQ(shared[2], "7");
     EXPECT_EQ(std::vector<std::string>(shared.begin() + 11, shared.begin() + 15),
               (std::vector<std::string>{"", "2", "k1", "k2"}));
-    EXPECT_EQ(shared[15], "2");  // the first decision's key count
+    EXPECT_EQ(shared[15], "3");  // three limits' items for the four decisions
+    EXPECT_EQ(shared[40], "2");  // the first decision's key count
+    // Another amount is the same limit; another capacity is not.
+    auto mixed_call = decide_many_call("sha", mixed).args;
+    ASSERT_GE(mixed_call.size(), 15u);
+    EXPECT_EQ(mixed_call[14], "3");
+    std::vector<std::string> places(mixed_call.end() - 21, mixed_call.end());
+    EXPECT_EQ(places, (std::vector<std::string>{"2", "L1", "600000", "1", "1", "2", "1",  //
+                                                "2", "L1", "600000", "1", "7", "2", "1",  //
+                                                "2", "L1", "600000", "1", "1", "3", "1"}));
 
     // The reply is their verdicts one after another: 2 + 6 × 2, then 2 + 6 × 1.
     Reply flat;
