@@ -1,13 +1,11 @@
 #include "tokengate/redis/script.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
 
-#include "tokengate/core/hash.hpp"
 #include "tokengate/core/json_writer.hpp"
 #include "tokengate/core/saturate.hpp"
 
@@ -712,12 +710,10 @@ namespace {
 // A decide_call's limit: its eight items from 3 + n + 4 + 8i (n its key count); the fourth is
 // its amount, which differs between requests where the rest of a tier's limit does not.
 constexpr std::size_t k_amount = 3;
-std::uint64_t limit_hash(const std::vector<std::string>& d, std::size_t at) {
-    std::uint64_t h = 0;
-    for (std::size_t j = 0; j < 8; ++j)
-        if (j != k_amount) h = core::hash_bytes(d[at + j], h);
-    return h;
-}
+// Only the first distinct ones are looked through: a tier's shared limits come first (in its
+// first decision), and a limit that differs in each (a quota's time left) does not make a call
+// quadratic.
+constexpr std::size_t k_limits_looked_through = 32;
 bool same_limit(const std::vector<std::string>& x, std::size_t at_x, const std::vector<std::string>& y,
                 std::size_t at_y) {
     for (std::size_t j = 0; j < 8; ++j)
@@ -730,7 +726,7 @@ ScriptCall decide_many_call(std::string_view sha, std::span<std::vector<std::str
     // Each is decide_call's: EVALSHA sha n key... 'decide' time lease lease_ms item...
     // A limit's items but its amount go once a call, and each decision names them by their
     // place (1-based): a tier's limits are the same for all its tenants, so Redis reads 2 per
-    // limit a decision instead of 8. The distinct ones are found with an open-addressed table.
+    // limit a decision instead of 8.
     struct Limit {
         std::size_t decision, at;
     };
@@ -740,23 +736,18 @@ ScriptCall decide_many_call(std::string_view sha, std::span<std::vector<std::str
     limits.reserve(limits_in_all);
     std::vector<std::uint32_t> places;  // each decision's limits' places, in order
     places.reserve(limits_in_all);
-    std::vector<std::uint32_t> table(std::bit_ceil(2 * limits_in_all + 1), 0);  // 0: empty
-    auto mask = table.size() - 1;
     for (std::size_t di = 0; di < decisions.size(); ++di) {
         const auto& d = decisions[di];
         auto n = key_count(d);
         for (std::size_t i = 0, at = 3 + n + 4; i < n; ++i, at += 8) {
-            for (auto slot = limit_hash(d, at) & mask;; slot = (slot + 1) & mask) {
-                auto place = table[slot];
-                if (place == 0) {
-                    limits.push_back({di, at});
-                    table[slot] = place = static_cast<std::uint32_t>(limits.size());
-                } else if (const auto& l = limits[place - 1]; !same_limit(decisions[l.decision], l.at, d, at)) {
-                    continue;
-                }
-                places.push_back(place);
-                break;
+            std::size_t p = 0;
+            auto looked = std::min(limits.size(), k_limits_looked_through);
+            while (p < looked && !same_limit(decisions[limits[p].decision], limits[p].at, d, at)) ++p;
+            if (p == looked) {
+                p = limits.size();
+                limits.push_back({di, at});
             }
+            places.push_back(static_cast<std::uint32_t>(p + 1));
         }
     }
 

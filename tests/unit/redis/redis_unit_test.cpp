@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <random>
 
 #include "tokengate/redis/breaker.hpp"
 #include "tokengate/redis/connection.hpp"
@@ -248,6 +249,47 @@ TEST(RedisScript, DecisionsTakenTogetherKeepEachOnesArguments) {
     long_flat.elements.push_back(Reply{Reply::Type::integer, 0, {}, {}});
     EXPECT_FALSE(split_decisions(long_flat, decisions));
     EXPECT_FALSE(split_decisions(Reply{Reply::Type::integer, 22, {}, {}}, decisions));
+}
+
+// Read back as the script reads it, a call gives each decision its own eight items a limit:
+// whatever repeats and whatever does not (more distinct limits than are looked through).
+TEST(RedisScript, ACallOfManyDecisionsReadsBackAsEachOnesItems) {
+    std::mt19937 random(11);
+    for (int round = 0; round < 40; ++round) {
+        std::vector<std::vector<std::string>> decisions;
+        int count = 1 + static_cast<int>(random() % 64);
+        int capacities = round % 2 ? 3 : 200;  // few distinct limits, or more than 32
+        for (int d = 0; d < count; ++d) {
+            std::size_t n = 1 + random() % 3;
+            std::vector<std::string> args{"EVALSHA", "s", std::to_string(n)};
+            for (std::size_t i = 0; i < n; ++i) args.push_back("k" + std::to_string(random() % 10));
+            args.insert(args.end(), {"decide", "", "L" + std::to_string(d), "600000"});
+            for (std::size_t i = 0; i < n; ++i)
+                args.insert(args.end(), {i == 2 ? "c" : "r", std::to_string(10 + random() % capacities), "1",
+                                         std::to_string(random() % 5), "1", "1", "0", "0"});
+            decisions.push_back(std::move(args));
+        }
+        auto originals = decisions;
+        auto a = decide_many_call("sha", decisions).args;
+        std::size_t keys = std::stoul(a[2]);
+        std::size_t repeated = std::stoul(a[3 + keys + 2]);
+        std::size_t tuples = 3 + keys + 3 + repeated + 1;  // the first limit's first item
+        std::size_t at = tuples + 8 * std::stoul(a[tuples - 1]);
+        for (const auto& original : originals) {
+            std::size_t n = std::stoul(original[2]);
+            ASSERT_EQ(a[at], original[2]);
+            ASSERT_EQ(a[at + 1], original[3 + n + 2]);  // lease
+            for (std::size_t i = 0; i < n; ++i) {
+                std::size_t base = tuples + (std::stoul(a[at + 3 + 2 * i]) - 1) * 8;
+                for (std::size_t j = 0; j < 8; ++j) {
+                    const auto& item = j == 3 ? a[at + 4 + 2 * i] : a[base + j];
+                    ASSERT_EQ(item, original[3 + n + 4 + i * 8 + j]) << round << " " << i << " " << j;
+                }
+            }
+            at += 3 + 2 * n;
+        }
+        EXPECT_EQ(at, a.size());
+    }
 }
 
 TEST(RedisScript, MalformedDecisionRepliesAreValuesNotExceptions) {
