@@ -328,12 +328,14 @@ local kinds, oks, tats, kepts, more, bases, amounts = {}, {}, {}, {}, {}, {}, {}
 -- is any charged (`commit`). Its keys are keys[k + 1 .. k + n]; ARGV[a] its lease, ARGV[a + 1]
 -- the lease's ms, then eight per key; or, given `tuples` (decide_many), two per key: the place
 -- of its limit's eight among the call's (from ARGV[tuples], the amount's left empty), and its
--- amount. Its verdict goes into out[o + 1 .. o + 2 + 6n].
+-- amount. Its verdict goes into out from o + 1: the time, whether all admit, then each
+-- limit's; it returns where the verdict ends.
 local function decide(commit, keys, k, n, a, out, o, tuples)
   local lease = ARGV[a]
   out[o + 1] = floor(now + 0.5)
   out[o + 2] = 1
   local allowed = true
+  local w = o + 2
   for i = 1, n do
     local key = keys[k + i]
     local b, amount_s
@@ -459,17 +461,23 @@ local function decide(commit, keys, k, n, a, out, o, tuples)
     end
     if enforce and not admitted then allowed = false end
     kinds[i], oks[i], more[i] = kind, admitted, s
-    -- Most verdicts have no retry, no wait and nothing extra: their zeros skip dur().
-    local p = o + 2 + (i - 1) * 6
-    out[p + 1] = admitted and 1 or 0
-    out[p + 2] = reply_num(remaining)
-    out[p + 3] = dur(until_full)
-    out[p + 4] = retry == 0 and 0 or dur(retry)
-    out[p + 5] = wait == 0 and 0 or dur(wait)
-    out[p + 6] = extra == 0 and 0 or reply_num(extra)
+    -- A limit's verdict: admitted, remaining, until full; then retry, wait and extra, which
+    -- are nearly always 0 and then not sent (Redis turns each element into RESP): admitted is
+    -- 0 or 1 for three elements, 2 or 3 for six.
+    local a01 = admitted and 1 or 0
+    if retry == 0 and wait == 0 and extra == 0 then
+      out[w + 1], out[w + 2], out[w + 3] = a01, reply_num(remaining), dur(until_full)
+      w = w + 3
+    else
+      out[w + 1], out[w + 2], out[w + 3] = a01 + 2, reply_num(remaining), dur(until_full)
+      out[w + 4] = retry == 0 and 0 or dur(retry)
+      out[w + 5] = wait == 0 and 0 or dur(wait)
+      out[w + 6] = extra == 0 and 0 or reply_num(extra)
+      w = w + 6
+    end
   end
   if not allowed then out[o + 2] = 0 end
-  if not commit or not allowed then return end
+  if not commit or not allowed then return w end
   for i = 1, n do
     local key, kind, s = keys[k + i], kinds[i], more[i]
     if oks[i] then
@@ -508,6 +516,7 @@ local function decide(commit, keys, k, n, a, out, o, tuples)
       end
     end
   end
+  return w
 end
 
 -- Decisions that a worker had at once, in one call (SPEC §18: the script's start, TIME and the
@@ -529,8 +538,7 @@ if op == 'decide_many' then
   local replies, o, k, a, last = {}, 0, 0, tuples + 8 * tonumber(ARGV[4 + repeated]), #ARGV
   while a <= last do
     local n = parse(ARGV[a])
-    decide(true, KEYS, k, n, a + 1, replies, o, tuples)
-    o = o + 2 + 6 * n
+    o = decide(true, KEYS, k, n, a + 1, replies, o, tuples)
     k = k + n
     a = a + 3 + 2 * n
   end
@@ -539,9 +547,8 @@ if op == 'decide_many' then
 end
 -- Sized by its constructor for two limits (filling an empty table one entry at a time rehashes
 -- it each time the size doubles); Redis's reply ends at the first nil.
-local out, n = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, #KEYS
-decide(op == 'decide', KEYS, 0, n, 3, out, 0)
-for j = 3 + 6 * n, 14 do out[j] = nil end
+local out = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+for j = decide(op == 'decide', KEYS, 0, #KEYS, 3, out, 0) + 1, 14 do out[j] = nil end
 return out
 )lua";
 
@@ -568,6 +575,15 @@ std::string place_units(const limiter::Charge& c) {
 std::string time_arg(double now_us) { return now_us < 0 ? std::string() : number_text(now_us); }
 
 bool is_integer(const Reply& r) { return r.type == Reply::Type::integer; }
+
+/// How many elements the limit's verdict at the front of `rest` has: 3 (its first, admitted,
+/// is 0 or 1: no retry, wait or extra) or 6 (2 or 3); 0 if it is neither or cut short.
+std::size_t limit_verdict_size(std::span<const Reply> rest) {
+    if (rest.empty() || !is_integer(rest[0])) return 0;
+    auto first = rest[0].integer;
+    std::size_t size = first == 0 || first == 1 ? 3 : first == 2 || first == 3 ? 6 : 0;
+    return size <= rest.size() ? size : 0;
+}
 
 /// A number the script sent as text (%.17g) or, when whole, as an integer.
 std::optional<double> number_of(const Reply& r) {
@@ -789,14 +805,20 @@ std::optional<std::vector<std::span<const Reply>>> split_decisions(
     if (reply.type != Reply::Type::array) return std::nullopt;
     std::vector<std::span<const Reply>> each;
     each.reserve(decisions.size());
-    std::span<const Reply> rest(reply.elements);
+    std::span<const Reply> all(reply.elements);
+    std::size_t at = 0;
     for (const auto& d : decisions) {
-        auto size = 2 + 6 * key_count(d);
-        if (size > rest.size()) return std::nullopt;
-        each.push_back(rest.first(size));
-        rest = rest.subspan(size);
+        auto start = at;
+        at += 2;  // the time, and whether all admit
+        if (at > all.size()) return std::nullopt;
+        for (std::size_t i = key_count(d); i > 0; --i) {
+            auto size = limit_verdict_size(all.subspan(at));
+            if (size == 0) return std::nullopt;
+            at += size;
+        }
+        each.push_back(all.subspan(start, at - start));
     }
-    if (!rest.empty()) return std::nullopt;
+    if (at != all.size()) return std::nullopt;
     return each;
 }
 
@@ -960,17 +982,28 @@ std::optional<limiter::Decision> parse_decision(const Reply& reply, std::span<co
 
 std::optional<limiter::Decision> parse_decision(std::span<const Reply> verdict,
                                                 std::span<const limiter::Charge> charges, std::string& error) {
-    if (verdict.size() != 2 + 6 * charges.size() || !is_integer(verdict[1])) {
+    if (verdict.size() < 2 || !is_integer(verdict[1])) {
         error = "redis script: unexpected decision reply";
         return std::nullopt;
     }
     limiter::Decision d;
     d.statuses.resize(charges.size());
+    std::size_t at = 2;
+    static const Reply k_zero{Reply::Type::integer, 0, {}, {}};
     for (std::size_t i = 0; i < charges.size(); ++i) {
-        const auto* e = &verdict[2 + 6 * i];
+        auto size = limit_verdict_size(verdict.subspan(at));
+        if (size == 0) {
+            error = "redis script: unexpected decision reply";
+            return std::nullopt;
+        }
+        // A three-element verdict's retry, wait and extra are 0.
+        const Reply* e = &verdict[at];
+        const Reply& retry = size == 6 ? e[3] : k_zero;
+        const Reply& wait = size == 6 ? e[4] : k_zero;
         auto remaining = number_of(e[1]);
-        auto added = number_of(e[5]);
-        if (!is_integer(e[0]) || !remaining || !is_integer(e[2]) || !is_integer(e[3]) || !is_integer(e[4]) || !added) {
+        auto added = number_of(size == 6 ? e[5] : k_zero);
+        at += size;
+        if (!remaining || !is_integer(e[2]) || !is_integer(retry) || !is_integer(wait) || !added) {
             error = "redis script: malformed verdict for limit '" + charges[i].spec->name + "'";
             return std::nullopt;
         }
@@ -978,15 +1011,19 @@ std::optional<limiter::Decision> parse_decision(std::span<const Reply> verdict,
         s.spec = charges[i].spec;
         s.level = charges[i].level;
         auto& v = s.verdict;
-        v.admitted = e[0].integer != 0;
+        v.admitted = (e[0].integer & 1) != 0;
         v.remaining = *remaining;
         v.until_full = e[2].integer;
-        v.retry_after = e[3].integer < 0 ? -1 : e[3].integer;
+        v.retry_after = retry.integer < 0 ? -1 : retry.integer;
         v.never = v.retry_after < 0;
-        s.wait = e[4].integer;
+        s.wait = wait.integer;
         // A ranked queue's waiter holds a place to ask about (its index + 1); s.wait estimates its turn.
         if (kind_of(*charges[i].spec) == 'p') s.ticket = *added > 0 && v.admitted ? i + 1 : 0;
         else s.quota_added = *added;
+    }
+    if (at != verdict.size()) {
+        error = "redis script: unexpected decision reply";
+        return std::nullopt;
     }
     limiter::resolve(d);
     if (d.allowed != (verdict[1].integer != 0)) {

@@ -62,14 +62,14 @@ private:
         s.unit = unit;
         return s;
     }
-    /// What Redis answers: admitted, the time, and per limit admitted, remaining (the tokens'
-    /// as text: not a whole number), until full, and zeros.
+    /// What Redis answers: the time, admitted, and per limit admitted, remaining (the tokens'
+    /// as text: not a whole number) and until full.
     static std::string reply_bytes(int decisions) {
-        std::string r = "*" + std::to_string(decisions * 14) + "\r\n";
+        std::string r = "*" + std::to_string(decisions * 8) + "\r\n";
         for (int i = 0; i < decisions; ++i) {
             r += ":1796572696192515\r\n:1\r\n";
-            r += ":1\r\n:999999\r\n:1\r\n:0\r\n:0\r\n:0\r\n";
-            r += ":1\r\n$17\r\n9999536.499999999\r\n:46\r\n:0\r\n:0\r\n:0\r\n";
+            r += ":1\r\n:999999\r\n:1\r\n";
+            r += ":1\r\n$17\r\n9999536.499999999\r\n:46\r\n";
         }
         return r;
     }

@@ -64,8 +64,9 @@ ScriptCall decide_call(std::string_view sha, const KeySpace& keys, std::span<con
 /// names them by their place with its amount. Their keys and items move into the call; each
 /// one's key count stays, for split_decisions.
 ScriptCall decide_many_call(std::string_view sha, std::span<std::vector<std::string>> decisions);
-/// The reply to a decide_many_call as each decision's own verdict (2 + 6 elements a limit,
-/// views into `reply`), in order; nullopt if it is not as long as their verdicts together.
+/// The reply to a decide_many_call as each decision's own verdict (the time, whether all
+/// admit, then 3 elements a limit, or 6 when its first is 2 or 3; views into `reply`), in
+/// order; nullopt if it is not exactly their verdicts together.
 std::optional<std::vector<std::span<const Reply>>> split_decisions(const Reply& reply,
                                                                    std::span<const std::vector<std::string>> decisions);
 /// EVALSHA settling the charges that need it (none: no call, empty args); a quota in the

@@ -229,25 +229,36 @@ TEST(RedisScript, DecisionsTakenTogetherKeepEachOnesArguments) {
                                                 "2", "L1", "600000", "1", "7", "2", "1",  //
                                                 "2", "L1", "600000", "1", "1", "3", "1"}));
 
-    // The reply is their verdicts one after another: 2 + 6 × 2, then 2 + 6 × 1.
-    Reply flat;
-    flat.type = Reply::Type::array;
-    for (long long v = 0; v < 22; ++v) flat.elements.push_back(Reply{Reply::Type::integer, v, {}, {}});
+    // The reply is their verdicts one after another: the time, whether all admit, then 3
+    // elements a limit (admitted 0 or 1) or 6 (admitted 2 or 3: retry, wait and extra follow).
+    auto integers = [](std::initializer_list<long long> values) {
+        Reply r;
+        r.type = Reply::Type::array;
+        for (auto v : values) r.elements.push_back(Reply{Reply::Type::integer, v, {}, {}});
+        return r;
+    };
+    auto flat = integers({100, 1, 1, 5, 6, 3, 7, 8, 0, 0, 0, 101, 0, 0, 9, 10});
     auto each = split_decisions(flat, decisions);
     ASSERT_TRUE(each);
     ASSERT_EQ(each->size(), 2u);
-    ASSERT_EQ((*each)[0].size(), 14u);
-    ASSERT_EQ((*each)[1].size(), 8u);
-    EXPECT_EQ((*each)[0][13].integer, 13);
-    EXPECT_EQ((*each)[1][0].integer, 14);
-    EXPECT_EQ((*each)[1][7].integer, 21);
-    // One element short or over, or no array: not taken apart at a guess.
+    ASSERT_EQ((*each)[0].size(), 11u);
+    ASSERT_EQ((*each)[1].size(), 5u);
+    EXPECT_EQ((*each)[0][10].integer, 0);
+    EXPECT_EQ((*each)[1][0].integer, 101);
+    EXPECT_EQ((*each)[1][4].integer, 10);
+    // One element short or over, a limit's first not 0-3, or no array: not taken apart at a guess.
     auto short_flat = flat;
     short_flat.elements.pop_back();
     EXPECT_FALSE(split_decisions(short_flat, decisions));
     auto long_flat = flat;
     long_flat.elements.push_back(Reply{Reply::Type::integer, 0, {}, {}});
     EXPECT_FALSE(split_decisions(long_flat, decisions));
+    auto odd_first = flat;
+    odd_first.elements[5].integer = 4;
+    EXPECT_FALSE(split_decisions(odd_first, decisions));
+    auto text_first = flat;
+    text_first.elements[2] = Reply{Reply::Type::string, 0, "1", {}};
+    EXPECT_FALSE(split_decisions(text_first, decisions));
     EXPECT_FALSE(split_decisions(Reply{Reply::Type::integer, 22, {}, {}}, decisions));
 }
 
@@ -310,12 +321,31 @@ TEST(RedisScript, MalformedDecisionRepliesAreValuesNotExceptions) {
     };
     Reply good;
     good.type = Reply::Type::array;
-    good.elements = {integer(1), integer(1), integer(1), text("41.5"), integer(100), integer(0), integer(0), text("0")};
+    good.elements = {integer(1), integer(1), integer(3), text("41.5"), integer(100), integer(0), integer(0), text("0")};
     std::string error;
     auto d = parse_decision(good, charges, error);
     ASSERT_TRUE(d) << error;
     EXPECT_TRUE(d->allowed);
     EXPECT_DOUBLE_EQ(d->statuses[0].verdict.remaining, 41.5);
+    // Without retry, wait and extra: three elements, admitted as 1.
+    Reply three;
+    three.type = Reply::Type::array;
+    three.elements = {integer(1), integer(1), integer(1), text("41.5"), integer(100)};
+    d = parse_decision(three, charges, error);
+    ASSERT_TRUE(d) << error;
+    EXPECT_TRUE(d->allowed);
+    EXPECT_EQ(d->statuses[0].verdict.until_full, 100);
+    EXPECT_EQ(d->statuses[0].verdict.retry_after, 0);
+    EXPECT_EQ(d->statuses[0].wait, 0);
+    // Refused, six elements: admitted as 2, its retry read.
+    auto refused = good;
+    refused.elements[1] = integer(0);
+    refused.elements[2] = integer(2);
+    refused.elements[5] = integer(-1);
+    d = parse_decision(refused, charges, error);
+    ASSERT_TRUE(d) << error;
+    EXPECT_FALSE(d->allowed);
+    EXPECT_TRUE(d->statuses[0].verdict.never);
 
     auto short_reply = good;
     short_reply.elements.pop_back();
@@ -334,7 +364,11 @@ TEST(RedisScript, MalformedDecisionRepliesAreValuesNotExceptions) {
 
     auto bad_top_up = good;
     bad_top_up.elements[7] = Reply{};  // nil
-    for (const auto& bad : {short_reply, bad_number, disagreeing, bad_top_up, text("OK")}) {
+    auto odd_first = good;
+    odd_first.elements[2] = integer(5);
+    auto three_and_more = three;
+    three_and_more.elements.push_back(integer(0));
+    for (const auto& bad : {short_reply, bad_number, disagreeing, bad_top_up, odd_first, three_and_more, text("OK")}) {
         error.clear();
         EXPECT_FALSE(parse_decision(bad, charges, error));
         EXPECT_FALSE(error.empty());
