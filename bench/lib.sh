@@ -62,3 +62,40 @@ bench_limits_config() {
   echo "ip_limits: [ { name: per-ip, algorithm: token_bucket, capacity: 100000000, rate: 100000000/s } ]"
   echo "global_limits: [ { name: gpu, algorithm: leaky_bucket, mode: police, capacity: 1000000000, rate: 1000000000/s, unit: cost } ]"
 }
+
+# nginx as the gateway benches' contender (nginx.conf on stdout): a reverse proxy to port $5
+# with limit_req keyed by the API key, listening on $4 with $2 workers, its files in $1. Rate
+# $3: 1000000r/s never rejects (burst 100000, nodelay); a lower one, with a burst of 5, makes
+# every request past the first few its 429 path. $6=1: HTTPS (the benches' certificate in
+# $work). Its access log is on, as tokengate's.
+nginx_proxy_config() {
+  local dir=$1 workers=$2 rate=$3 listen=$4 target=$5 tls=${6:-0} ssl="" burst="burst=100000 nodelay"
+  [ "$tls" = 1 ] && ssl="ssl; ssl_certificate $work/tls.pem; ssl_certificate_key $work/tls.key; ssl_protocols TLSv1.2 TLSv1.3"
+  [ "$rate" = "1000000r/s" ] || burst="burst=5 nodelay"
+  cat <<CONF
+worker_processes $workers;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events { worker_connections 16384; }
+http {
+  access_log $dir/access.log;
+  client_body_temp_path $dir; proxy_temp_path $dir; fastcgi_temp_path $dir;
+  uwsgi_temp_path $dir; scgi_temp_path $dir;
+  keepalive_requests 1000000;
+  limit_req_zone \$http_authorization zone=keys:10m rate=$rate;
+  limit_req_status 429;
+  upstream backend { server 127.0.0.1:$target; keepalive 256; }
+  server {
+    listen 127.0.0.1:$listen $ssl;
+    location / {
+      limit_req zone=keys $burst;
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      proxy_buffering off;
+    }
+  }
+}
+CONF
+}

@@ -53,36 +53,9 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$w
   -days 7 -subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 > /dev/null 2>&1
 
 start_nginx() {  # name workers rate target tls
-  local name=$1 workers=$2 rate=$3 target=$4 tls=$5 p ssl=""; p=$(port)
-  [ "$tls" = 1 ] && ssl="ssl; ssl_certificate $work/tls.pem; ssl_certificate_key $work/tls.key; ssl_protocols TLSv1.2 TLSv1.3"
+  local name=$1 p; p=$(port)
   mkdir -p "$work/$name"
-  cat > "$work/$name/nginx.conf" <<CONF
-worker_processes $workers;
-pid $work/$name/nginx.pid;
-error_log $work/$name/error.log warn;
-events { worker_connections 16384; }
-http {
-  access_log $work/$name/access.log;
-  client_body_temp_path $work/$name; proxy_temp_path $work/$name; fastcgi_temp_path $work/$name;
-  uwsgi_temp_path $work/$name; scgi_temp_path $work/$name;
-  keepalive_requests 1000000;
-  limit_req_zone \$http_authorization zone=keys:10m rate=$rate;
-  limit_req_status 429;
-  upstream backend { server 127.0.0.1:$target; keepalive 256; }
-  server {
-    listen 127.0.0.1:$p $ssl;
-    location / {
-      limit_req zone=keys burst=100000 nodelay;
-      proxy_pass http://backend;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-      proxy_buffering off;
-    }
-  }
-}
-CONF
-  if [ "$rate" != "1000000r/s" ]; then sed -i 's/burst=100000 nodelay/burst=5 nodelay/' "$work/$name/nginx.conf"; fi
+  nginx_proxy_config "$work/$name" "$2" "$3" "$p" "$4" "$5" > "$work/$name/nginx.conf"
   nginx -c "$work/$name/nginx.conf" -g 'daemon off;' & pids+=($!); echo "$p $!"
 }
 

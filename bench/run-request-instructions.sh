@@ -7,6 +7,9 @@
 #   BENCH_PATHS="json 429" (the default) picks the rows: answered by the upstream, or refused;
 #     "redis" is the json row on the Redis store with leases (the Redis bench's redis+leases
 #     row: the tenant's limits decided in a redis-server of its own, the others leased);
+#     "nginx" and "nginx-429" count the gateway bench's contender on the same load: nginx
+#     proxying to the same upstream with limit_req keyed by the API key (never rejecting, or
+#     its 429 path), access log on, one process (master_process off);
 #   TOKENGATE_BENCH_BIN=<binary> counts another build (a before/after);
 #   BENCH_TOP=N prints each row's N costliest functions (self);
 #   BENCH_CACHE=1 also simulates the caches and prints L1 instruction and data misses per
@@ -23,8 +26,12 @@ cache=(); [ "${BENCH_CACHE:-}" = 1 ] && cache=(--cache-sim=yes)
 printf '%-6s %9s %14s %12s  %s\n' path requests instructions "per request" statuses
 for path in ${BENCH_PATHS:-json 429}; do
   gw=$(port); dir="$work/$path"; mkdir -p "$dir"
+  case $path in
+    nginx) nginx_proxy_config "$dir" 1 1000000r/s "$gw" "$static_port" > "$dir/nginx.conf" ;;
+    nginx-429) nginx_proxy_config "$dir" 1 1r/s "$gw" "$static_port" > "$dir/nginx.conf" ;;
+  esac
   tight=""; [ "$path" = 429 ] && tight="      - { name: tight, algorithm: token_bucket, capacity: 2, rate: 2/s }"
-  { bench_limits_config "$gw" 1 "$tight"; echo "log: { access: $dir/access.log, level: warn }"
+  [ -f "$dir/nginx.conf" ] || { bench_limits_config "$gw" 1 "$tight"; echo "log: { access: $dir/access.log, level: warn }"
     if [ "$path" = redis ]; then
       if [ -z "$redis_port" ]; then
         redis_port=$(port)
@@ -36,8 +43,10 @@ for path in ${BENCH_PATHS:-json 429}; do
       echo "  redis: { url: \"redis://127.0.0.1:$redis_port/0\", timeout: 2s, pool: 8, on_error: fail_closed }"
       echo "  leases: { fraction: 0.05, min_period: 200ms }"
     fi; } > "$dir/gateway.yaml"
+  command=("$bin" serve -c "$dir/gateway.yaml")
+  [ -f "$dir/nginx.conf" ] && command=(nginx -c "$dir/nginx.conf" -g 'daemon off; master_process off;')
   valgrind --tool=callgrind "${cache[@]}" --instr-atstart=no --callgrind-out-file="$dir/callgrind.out" \
-    "$bin" serve -c "$dir/gateway.yaml" > "$dir/out.log" 2>&1 & vg=$!; pids+=("$vg")
+    "${command[@]}" > "$dir/out.log" 2>&1 & vg=$!; pids+=("$vg")
   for _ in $(seq 600); do (echo > "/dev/tcp/127.0.0.1/$gw") 2>/dev/null && break; sleep 0.1; done
   wrk -t1 -c8 -d3s -s bench/wrk-chat.lua "http://127.0.0.1:$gw" > /dev/null 2>&1  # warm: pools, caches
   callgrind_control -i on "$vg" > /dev/null 2>&1
@@ -48,7 +57,11 @@ for path in ${BENCH_PATHS:-json 429}; do
   requests=$(awk '/^RESULT/{print $6}' "$dir/wrk.txt")
   dump=$(ls -t "$dir"/callgrind.out.* | head -1)
   total=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/{gsub(",","",$1); print $1}')
-  statuses=$(grep -o '"status":[0-9]*' "$dir/access.log" | sort | uniq -c | awk '{printf "%s×%s ", $2, $1}' | sed 's/"status"://g')
+  if [ -f "$dir/nginx.conf" ]; then  # its combined format: the status is the 9th field
+    statuses=$(awk '{print $9}' "$dir/access.log" | sort | uniq -c | awk '{printf "%s×%s ", $2, $1}')
+  else
+    statuses=$(grep -o '"status":[0-9]*' "$dir/access.log" | sort | uniq -c | awk '{printf "%s×%s ", $2, $1}' | sed 's/"status"://g')
+  fi
   printf '%-6s %9s %14s %12s  %s\n' "$path" "$requests" "$total" "$((total / requests))" "$statuses"
   if [ ${#cache[@]} -gt 0 ]; then  # PROGRAM TOTALS: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw
     callgrind_annotate "$dump" 2>/dev/null | awk -v n="$requests" '/PROGRAM TOTALS/{gsub(",",""); gsub(/\([^)]*\)/,"");
