@@ -8,6 +8,8 @@
 #   bench/run-redis-instructions.sh [seconds of load, default 6]
 #   TOKENGATE_BENCH_BIN=<binary>: another build (its own script and calls: a before/after).
 #   BENCH_CONNS=N: wrk's connections (default 64; the calls' batch sizes follow the load).
+#   BENCH_REDIS_SERVER=<binary>: the replay's redis-server (one built from Debian's source with
+#     symbols shows where its instructions go: BENCH_KEEP=1 keeps the callgrind dump).
 # Prints the script calls per request, by op, and redis-server's instructions per request.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,8 +33,8 @@ sleep 0.5; kill "$monitor" 2>/dev/null || true
 requests=$(awk '/^RESULT/{print $6}' "$work/wrk.txt")
 
 replay_port=$(port)
-valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out.%p" \
-  redis-server --port "$replay_port" --bind 127.0.0.1 --save "" --appendonly no > "$work/replay.log" 2>&1 & vg=$!
+valgrind --tool=callgrind --compress-strings=no --callgrind-out-file="$work/callgrind.out.%p" \
+  "${BENCH_REDIS_SERVER:-redis-server}" --port "$replay_port" --bind 127.0.0.1 --save "" --appendonly no > "$work/replay.log" 2>&1 & vg=$!
 pids+=("$vg")
 for _ in $(seq 300); do redis-cli -p "$replay_port" PING > /dev/null 2>&1 && break; sleep 0.1; done
 python3 - "$work/monitor.txt" "$replay_port" "$vg" "$requests" <<'PY'
