@@ -50,14 +50,14 @@ local MAX_COUNTER = 1e18
 -- Numbers as text that reads back exactly. A whole number (most times and levels: TIME is whole
 -- microseconds) as %d, which costs Redis a third of %.17g; in a reply, as the number itself,
 -- which Redis sends as an integer without formatting it at all.
+-- (The test for whole is written out in each: a Lua function call costs Redis more than the test.)
 local SAFE = 2^53
-local function whole(x) return x == floor(x) and x > -SAFE and x < SAFE end
 local function num(x)
-  if whole(x) then return format('%d', x) end
+  if x == floor(x) and x > -SAFE and x < SAFE then return format('%d', x) end
   return format('%.17g', x)
 end
 local function reply_num(x)
-  if whole(x) then return x end
+  if x == floor(x) and x > -SAFE and x < SAFE then return x end
   return format('%.17g', x)
 end
 -- A TTL in whole milliseconds, at most ~31 years: a key that outlives that is a bucket nobody
@@ -108,9 +108,10 @@ end
 local function write_held()
   for _, key in ipairs(held_order) do put_rate(key, held[key], held_step[key], held_kept[key]) end
 end
--- The tat, and the step of the expiry the key has (nil: not known). The limit comes both as
--- the gateway spelled it and parsed; `initial`, the fill of a bucket not there, as spelled.
-local function load_rate(key, cap, rate, cap_s, rate_s, initial)
+-- The tat, and the step of the expiry the key has (nil: not known). The limit comes parsed and
+-- as the gateway spelled it ("capacity rate", as a state repeats it); `initial`, the fill of a
+-- bucket not there, as spelled.
+local function load_rate(key, cap, rate, spelled, initial)
   local v
   if held_keys and held_keys[key] then v = read_held(key) else v = redis.call('GET', key) end
   if not v then return now + cap * (1 - parse(initial)) * 1e6 / rate, nil end
@@ -118,7 +119,7 @@ local function load_rate(key, cap, rate, cap_s, rate_s, initial)
   local sp = find(v, ' ', 1, true)
   local tat = tonumber(sub(v, 1, sp - 1))
   local kept = byte(v, 1) == 43 and expiry_step(tat) or nil  -- '+'
-  if sub(v, sp + 1) ~= cap_s .. ' ' .. rate_s then
+  if sub(v, sp + 1) ~= spelled then
     local c, r = match(v, ' (%S+) (%S+)$')
     c, r = tonumber(c), tonumber(r)
     local level = min(c - max(0, tat - now) * r / 1e6, cap)
@@ -126,7 +127,7 @@ local function load_rate(key, cap, rate, cap_s, rate_s, initial)
   end
   return tat, kept
 end
-local function save_rate(key, tat, cap_s, rate_s, kept)
+local function save_rate(key, tat, spelled, kept)
   if tat <= now then
     -- Full: as if it were not there. A key that expires at this step's end anyway stays, full,
     -- until then, as memory keeps a full bucket until its sweep: the decision that follows a
@@ -134,7 +135,7 @@ local function save_rate(key, tat, cap_s, rate_s, kept)
     if kept ~= expiry_step(now) then return write_rate(key, false) end
     tat = now
   end
-  write_rate(key, '+' .. num(tat) .. ' ' .. cap_s .. ' ' .. rate_s, expiry_step(tat), kept)
+  write_rate(key, '+' .. num(tat) .. ' ' .. spelled, expiry_step(tat), kept)
 end
 -- Concurrency: a sorted set of leases ("<request>|<amount>") scored by expiry.
 local function in_use(key)
@@ -186,8 +187,8 @@ local function settle(keys, k, a, n)
         elseif used > MAX_COUNTER then redis.call('HSET', key, 'u', num(MAX_COUNTER)) end
       end
     else
-      local cap, rate, delta = parse(cap_s), parse(rate_s), parse(ARGV[b + 3])
-      local loaded, kept = load_rate(key, cap, rate, cap_s, rate_s, '1')
+      local cap, rate, delta, spelled = parse(cap_s), parse(rate_s), parse(ARGV[b + 3]), cap_s .. ' ' .. rate_s
+      local loaded, kept = load_rate(key, cap, rate, spelled, '1')
       local tat = max(loaded, now)
       if delta >= 0 then
         -- Debt is paid back, not forgiven: no floor at -C (SPEC §17).
@@ -195,7 +196,7 @@ local function settle(keys, k, a, n)
       else
         tat = max(tat - (-delta) * 1e6 / rate, now)
       end
-      save_rate(key, tat, cap_s, rate_s, kept)
+      save_rate(key, tat, spelled, kept)
     end
   end
 end
@@ -231,12 +232,13 @@ end
 if op == 'lease' then
   local cap_s, rate_s = ARGV[3], ARGV[4]
   local cap, rate, want, least = tonumber(cap_s), tonumber(rate_s), tonumber(ARGV[5]), tonumber(ARGV[6])
-  local loaded, kept = load_rate(KEYS[1], cap, rate, cap_s, rate_s, ARGV[7])
+  local spelled = cap_s .. ' ' .. rate_s
+  local loaded, kept = load_rate(KEYS[1], cap, rate, spelled, ARGV[7])
   local tat = max(loaded, now)
   local level = cap - (tat - now) * rate / 1e6
   local grant = min(want, level)
   if not (grant + EPS >= least) or grant <= 0 then return {'0', num(level)} end
-  save_rate(KEYS[1], tat + grant * 1e6 / rate, cap_s, rate_s, kept)
+  save_rate(KEYS[1], tat + grant * 1e6 / rate, spelled, kept)
   return {num(grant), num(level - grant)}
 end
 
@@ -320,9 +322,21 @@ end
 
 -- What a decision keeps of each limit between checking it and charging it, by the limit's
 -- index: shared by the decisions of a call, as a table made per limit costs a rate bucket's
--- whole arithmetic. `more` holds what the queues and quotas need (nil for the rest); `bases`
--- where each limit's arguments start, `amounts` its amount as the gateway spelled it.
-local kinds, oks, tats, kepts, more, bases, amounts = {}, {}, {}, {}, {}, {}, {}
+-- whole arithmetic. `more` holds what the queues and quotas need (nil for the rest); `spells`
+-- each limit's "capacity rate" as the gateway spelled it, `amounts` its amount.
+local kinds, oks, tats, kepts, more, spells, amounts = {}, {}, {}, {}, {}, {}, {}
+
+-- decide_many's limits, each read from its eight arguments once a call, by its place as the
+-- decisions name it: kind, capacity, rate, "capacity rate" as spelled, enforced, where its
+-- arguments start. (Parsed again for every decision, they were a tenth of Redis's work.)
+local limits = {}
+local function limit_at(place, tuples)
+  local b = tuples + (tonumber(place) - 1) * 8
+  local cap_s, rate_s = ARGV[b + 1], ARGV[b + 2]
+  local limit = {ARGV[b], tonumber(cap_s), tonumber(rate_s), cap_s .. ' ' .. rate_s, ARGV[b + 4] == '1', b}
+  limits[place] = limit
+  return limit
+end
 
 -- One decision (decide, peek): every limit is checked first; only if every enforced one admits
 -- is any charged (`commit`). Its keys are keys[k + 1 .. k + n]; ARGV[a] its lease, ARGV[a + 1]
@@ -338,17 +352,20 @@ local function decide(commit, keys, k, n, a, out, o, tuples)
   local w = o + 2
   for i = 1, n do
     local key = keys[k + i]
-    local b, amount_s
+    local kind, cap, rate, spelled, enforce, b, amount_s
     if tuples then
-      b, amount_s = tuples + (parse(ARGV[a + 2 * i]) - 1) * 8, ARGV[a + 1 + 2 * i]
+      local place = ARGV[a + 2 * i]
+      local limit = limits[place] or limit_at(place, tuples)
+      kind, cap, rate, spelled, enforce, b = limit[1], limit[2], limit[3], limit[4], limit[5], limit[6]
+      amount_s = ARGV[a + 1 + 2 * i]
     else
       b = a + 2 + (i - 1) * 8
+      local cap_s, rate_s = ARGV[b + 1], ARGV[b + 2]
+      kind, cap, rate, spelled, enforce = ARGV[b], parse(cap_s), parse(rate_s), cap_s .. ' ' .. rate_s, ARGV[b + 4] == '1'
       amount_s = ARGV[b + 3]
     end
-    bases[i], amounts[i] = b, amount_s
-    local kind, cap_s, rate_s = ARGV[b], ARGV[b + 1], ARGV[b + 2]
-    local cap, rate, amount = parse(cap_s), parse(rate_s), parse(amount_s)
-    local enforce = ARGV[b + 4] == '1'
+    spells[i], amounts[i] = spelled, amount_s
+    local amount = parse(amount_s)
     local admitted, remaining, until_full, retry, wait, extra = false, 0, 0, 0, 0, 0
     local s = nil
     if kind == 'q' then
@@ -371,7 +388,7 @@ local function decide(commit, keys, k, n, a, out, o, tuples)
       extra = added
       s = {left = left}
     elseif kind == 'r' then
-      local tat, kept = load_rate(key, cap, rate, cap_s, rate_s, ARGV[b + 5])
+      local tat, kept = load_rate(key, cap, rate, spelled, ARGV[b + 5])
       kepts[i] = kept
       local tau = cap * 1e6 / rate
       local base = max(tat, now)
@@ -482,8 +499,7 @@ local function decide(commit, keys, k, n, a, out, o, tuples)
     local key, kind, s = keys[k + i], kinds[i], more[i]
     if oks[i] then
       if kind == 'r' then
-        local b = bases[i]
-        save_rate(key, tats[i], ARGV[b + 1], ARGV[b + 2], kepts[i])
+        save_rate(key, tats[i], spells[i], kepts[i])
       elseif kind == 'q' then
         -- Kept a day past the window's end, for settlements still on their way.
         redis.call('HINCRBYFLOAT', key, 'u', amounts[i])
