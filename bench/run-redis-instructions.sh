@@ -33,7 +33,7 @@ sleep 0.5; kill "$monitor" 2>/dev/null || true
 requests=$(awk '/^RESULT/{print $6}' "$work/wrk.txt")
 
 replay_port=$(port)
-valgrind --tool=callgrind --compress-strings=no --callgrind-out-file="$work/callgrind.out.%p" \
+valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/callgrind.out.%p" \
   "${BENCH_REDIS_SERVER:-redis-server}" --port "$replay_port" --bind 127.0.0.1 --save "" --appendonly no > "$work/replay.log" 2>&1 & vg=$!
 pids+=("$vg")
 for _ in $(seq 300); do redis-cli -p "$replay_port" PING > /dev/null 2>&1 && break; sleep 0.1; done
@@ -67,15 +67,17 @@ def read():  # one reply; errors as bytes starting with '-'
     return line.rstrip()
 sock.sendall(enc([b'SCRIPT', b'LOAD', script]))
 sha = read()
-subprocess.run(['callgrind_control', '-z', vg], capture_output=True)
+subprocess.run(['callgrind_control', '-i', 'on', vg], capture_output=True)
 for i in range(0, len(calls), 200):  # pipelined, 200 at a time
     batch = calls[i:i + 200]
     sock.sendall(b''.join(enc([b'EVALSHA', sha] + c) for c in batch))
     errors = [r for r in (read() for _ in batch) if isinstance(r, bytes) and r.startswith(b'-')]
     assert not errors, errors[:3]
+subprocess.run(['callgrind_control', '-i', 'off', vg], capture_output=True)
 subprocess.run(['callgrind_control', '-d', vg], capture_output=True)
 dump = sorted(glob.glob(f'{sys.argv[1].rsplit("/", 1)[0]}/callgrind.out.*'))[-1]
-total = int(next(l.split()[1] for l in open(dump) if l.startswith(('summary:', 'totals:'))))
+# With instrumentation off at start the header's summary is 0: the totals line at the end counts.
+total = max(int(l.split()[1]) for l in open(dump) if l.startswith(('summary:', 'totals:')))
 print(f"requests {requests}, script calls {len(calls)} ({len(calls) / requests:.3f} a request): "
       + ', '.join(f'{op} {n}' for op, n in ops.most_common()))
 print(f"redis-server instructions per request: {total // requests} ({total} in all, replayed)")
