@@ -72,7 +72,7 @@ local function ms(x) return max(1, min(ceil(x), 1e12)) end
 -- for propagation). A state written so starts with '+', which older gateways read as the same
 -- number; one without it (an older gateway's: its expiry not aligned) is given one with PX.
 local STEP = 10000000
-local function expiry_step(tat) return floor((tat + 1000000) / STEP) end
+local function expiry_step(tat) return floor((tat + 1000000) / STEP) end  -- (written out where hot)
 -- Writes a rate bucket's state (false: deletes its key, full again); `step` is the step its
 -- expiry falls in, `kept` that of the expiry the key has (nil: not known).
 local function put_rate(key, value, step, kept)
@@ -118,7 +118,7 @@ local function load_rate(key, cap, rate, spelled, initial)
   -- The cheap check first (this runs on every decision): the limit as the gateway spells it.
   local sp = find(v, ' ', 1, true)
   local tat = tonumber(sub(v, 1, sp - 1))
-  local kept = byte(v, 1) == 43 and expiry_step(tat) or nil  -- '+'
+  local kept = byte(v, 1) == 43 and floor((tat + 1000000) / STEP) or nil  -- '+'
   if sub(v, sp + 1) ~= spelled then
     local c, r = match(v, ' (%S+) (%S+)$')
     c, r = tonumber(c), tonumber(r)
@@ -135,7 +135,7 @@ local function save_rate(key, tat, spelled, kept)
     if kept ~= expiry_step(now) then return write_rate(key, false) end
     tat = now
   end
-  write_rate(key, '+' .. num(tat) .. ' ' .. spelled, expiry_step(tat), kept)
+  write_rate(key, '+' .. num(tat) .. ' ' .. spelled, floor((tat + 1000000) / STEP), kept)
 end
 -- Concurrency: a sorted set of leases ("<request>|<amount>") scored by expiry.
 local function in_use(key)
