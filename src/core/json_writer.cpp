@@ -89,8 +89,21 @@ char* write_shortest_number(char* buf, double value) {
         std::size_t sign = value < 0 ? 1 : 0;
         std::size_t digits = whole.size() - sign;
         std::size_t significant = whole.find_last_not_of('0') + 1 - sign;
-        if (significant + (significant > 1 ? 1 : 0) + 4 < digits) end = std::to_chars(buf, buf + 32, value).ptr;
-        return end;
+        if (significant + (significant > 1 ? 1 : 0) + 4 >= digits) return end;
+        // Shorter in scientific: its digits are the integer's significant ones (below 2^53 no
+        // shorter decimal names the same double), the exponent two digits (at most 15).
+        char* out = buf + sign + 1;
+        if (significant > 1) {
+            std::memmove(out + 1, out, significant - 1);
+            *out = '.';
+            out += significant;
+        }
+        auto exponent = digits - 1;
+        *out++ = 'e';
+        *out++ = '+';
+        *out++ = static_cast<char>('0' + exponent / 10);
+        *out++ = static_cast<char>('0' + exponent % 10);
+        return out;
     }
     return std::to_chars(buf, buf + 32, value).ptr;
 }

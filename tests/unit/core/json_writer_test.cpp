@@ -160,6 +160,7 @@ TEST(JsonWriter, ShortestNumberIsWhatToCharsWrites) {
         auto bits = random();
         values.push_back(static_cast<double>(bits >> (bits % 60)));  // whole, every size
         values.push_back(static_cast<double>(bits % 1000) * std::pow(10.0, static_cast<double>(bits % 17)));  // zeros
+        values.push_back(-static_cast<double>(bits % 997) * std::pow(10.0, static_cast<double>(bits % 16)));
         values.push_back(static_cast<double>(bits >> 11) / static_cast<double>(1 + (bits & 0xffff)));  // not whole
     }
     for (double v : values) {
