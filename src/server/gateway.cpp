@@ -191,6 +191,8 @@ private:
 
     net::awaitable<void> accept_loop(Worker& w, net::ip::tcp::acceptor& acceptor, bool tls) {
         co_await wait_for_store(w);
+        beast::error_code ignored;
+        acceptor.non_blocking(true, ignored);  // for the accepts after the first, below
         for (;;) {
             auto [ec, socket] = co_await acceptor.async_accept(k_use);
             if (ec) {
@@ -200,26 +202,49 @@ private:
                 co_await pause.async_wait(k_use);
                 continue;
             }
+            // Then the rest of the backlog at once: one accept per trip through a busy event loop
+            // kept a burst of new connections waiting behind every request in flight (a p99 of
+            // 100-490 ms at 256 new connections, against 11-22 ms so).
+            // Near the connection limit the rest wait for the next turn, when the sessions started
+            // here (and any that ended meanwhile) are counted exactly.
+            std::uint64_t taken = take_connection(w, std::move(socket), tls, 0);
             auto limit = services_.runtime.get()->config->server.max_connections;
-            if (services_.open_connections.load() >= limit) {
-                // Refuse cleanly: one small non-blocking write of a 503, then close.
-                static const std::string k_full = [] {
-                    std::string body = error_body("The gateway is at its connection limit; retry shortly.",
-                                                  "server_error", "too_many_connections");
-                    return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                           "Connection: close\r\nRetry-After: 1\r\nContent-Length: " +
-                           std::to_string(body.size()) + "\r\n\r\n" + body;
-                }();
-                beast::error_code ignored;
-                socket.non_blocking(true, ignored);
-                // A TLS client would read the plain answer as a broken handshake: it gets the close.
-                if (!tls) socket.write_some(net::buffer(k_full), ignored);
-                socket.shutdown(net::ip::tcp::socket::shutdown_send, ignored);
-                socket.close(ignored);
-                continue;
+            for (int more = 0; more < k_accepts_at_once && services_.open_connections.load() + taken < limit; ++more) {
+                beast::error_code aec;
+                net::ip::tcp::socket next(w.ioc);
+                acceptor.accept(next, aec);
+                if (aec) break;
+                taken += take_connection(w, std::move(next), tls, taken);
             }
-            net::co_spawn(w.ioc, serve_connection(std::move(socket), w, tls), log_exception);
         }
+    }
+
+    // At most this many more a wake-up, so the requests in flight are not held up for long.
+    static constexpr int k_accepts_at_once = 64;
+
+    /// Serves `socket`, or refuses it at the connection limit; 1 if served. `pending`: those
+    /// served since the last yield, whose sessions have not started (and counted) yet.
+    std::uint64_t take_connection(Worker& w, net::ip::tcp::socket socket, bool tls, std::uint64_t pending) {
+        auto limit = services_.runtime.get()->config->server.max_connections;
+        if (services_.open_connections.load() + pending >= limit) {
+            // Refuse cleanly: one small non-blocking write of a 503, then close.
+            static const std::string k_full = [] {
+                std::string body = error_body("The gateway is at its connection limit; retry shortly.", "server_error",
+                                              "too_many_connections");
+                return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                       "Connection: close\r\nRetry-After: 1\r\nContent-Length: " +
+                       std::to_string(body.size()) + "\r\n\r\n" + body;
+            }();
+            beast::error_code ignored;
+            socket.non_blocking(true, ignored);
+            // A TLS client would read the plain answer as a broken handshake: it gets the close.
+            if (!tls) socket.write_some(net::buffer(k_full), ignored);
+            socket.shutdown(net::ip::tcp::socket::shutdown_send, ignored);
+            socket.close(ignored);
+            return 0;
+        }
+        net::co_spawn(w.ioc, serve_connection(std::move(socket), w, tls), log_exception);
+        return 1;
     }
 
     /// With a shared store, the first requests wait (in the listen backlog, up to 3 s) for its
