@@ -207,14 +207,14 @@ private:
             // 100-490 ms at 256 new connections, against 11-22 ms so).
             // Near the connection limit the rest wait for the next turn, when the sessions started
             // here (and any that ended meanwhile) are counted exactly.
-            std::uint64_t taken = take_connection(w, std::move(socket), tls, 0);
+            std::uint64_t taken = take_connection(w, std::move(socket), tls);
             auto limit = services_.runtime.get()->config->server.max_connections;
             for (int more = 0; more < k_accepts_at_once && services_.open_connections.load() + taken < limit; ++more) {
                 beast::error_code aec;
                 net::ip::tcp::socket next(w.ioc);
                 acceptor.accept(next, aec);
                 if (aec) break;
-                taken += take_connection(w, std::move(next), tls, taken);
+                taken += take_connection(w, std::move(next), tls);
             }
         }
     }
@@ -222,11 +222,10 @@ private:
     // At most this many more a wake-up, so the requests in flight are not held up for long.
     static constexpr int k_accepts_at_once = 64;
 
-    /// Serves `socket`, or refuses it at the connection limit; 1 if served. `pending`: those
-    /// served since the last yield, whose sessions have not started (and counted) yet.
-    std::uint64_t take_connection(Worker& w, net::ip::tcp::socket socket, bool tls, std::uint64_t pending) {
+    /// Serves `socket`, or refuses it at the connection limit; 1 if served.
+    std::uint64_t take_connection(Worker& w, net::ip::tcp::socket socket, bool tls) {
         auto limit = services_.runtime.get()->config->server.max_connections;
-        if (services_.open_connections.load() + pending >= limit) {
+        if (services_.open_connections.load() >= limit) {
             // Refuse cleanly: one small non-blocking write of a 503, then close.
             static const std::string k_full = [] {
                 std::string body = error_body("The gateway is at its connection limit; retry shortly.", "server_error",
