@@ -34,6 +34,8 @@ else
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local EPS = 1e-3
+-- Each verdict starts with the time, whole.
+local now_whole = floor(now + 0.5)
 -- Numbers as the gateway spelled them, parsed once a call: the decisions of one call mostly
 -- share them (one tier's limits, the same reservations), and tonumber is strtod (0.1-0.25 us).
 local parsed = {}
@@ -50,14 +52,26 @@ local MAX_COUNTER = 1e18
 -- Numbers as text that reads back exactly. A whole number (most times and levels: TIME is whole
 -- microseconds) as %d, which costs Redis a third of %.17g; in a reply, as the number itself,
 -- which Redis sends as an integer without formatting it at all.
--- (The test for whole is written out in each: a Lua function call costs Redis more than the test.)
+-- (The test for whole is written out in each: a Lua function call costs Redis more than the test.
+-- So is floor: x % 1 is a VM instruction, math.floor a call into C; x - x % 1 is floor(x) for
+-- every finite x, and an infinite x is not whole since inf % 1 is NaN.)
+-- A number whose fraction is a quarter, a half or three quarters goes as %d and that fraction's
+-- digits, which read back as the same double, instead of through %.17g: every fractional time
+-- past 2^50 us (2005 on) is one, as a double's step is 0.25 there (a token bucket's tat, after a
+-- cost charged at a rate that does not divide 1e6).
 local SAFE = 2^53
+local QUARTERS = {'.25', '.5', '.75'}
 local function num(x)
-  if x == floor(x) and x > -SAFE and x < SAFE then return format('%d', x) end
+  local fraction = x % 1
+  if fraction == 0 and x > -SAFE and x < SAFE then return format('%d', x) end
+  if x > 0 and x < SAFE then
+    local quarter = QUARTERS[fraction * 4]
+    if quarter then return format('%d', x - fraction) .. quarter end
+  end
   return format('%.17g', x)
 end
 local function reply_num(x)
-  if x == floor(x) and x > -SAFE and x < SAFE then return x end
+  if x % 1 == 0 and x > -SAFE and x < SAFE then return x end
   return format('%.17g', x)
 end
 -- A TTL in whole milliseconds, at most ~31 years: a key that outlives that is a bucket nobody
@@ -73,17 +87,9 @@ local function ms(x) return max(1, min(ceil(x), 1e12)) end
 -- number; one without it (an older gateway's: its expiry not aligned) is given one with PX.
 local STEP = 10000000
 -- (Written out where a decision reads and writes a state: a Lua call costs Redis more than it.)
-local function expiry_step(tat) return floor((tat + 1000000) / STEP) end
--- Writes a rate bucket's state (false: deletes its key, full again); `step` is the step its
--- expiry falls in, `kept` that of the expiry the key has (nil: not known).
-local function put_rate(key, value, step, kept)
-  if not value then
-    redis.call('DEL', key)
-  elseif step == kept then
-    redis.call('SET', key, value, 'KEEPTTL')
-  else
-    redis.call('SET', key, value, 'PX', ms(((step + 1) * STEP - now) / 1000))
-  end
+local function expiry_step(tat)
+  local step = (tat + 1000000) / STEP
+  return step - step % 1
 end
 -- In a decide_many call, a bucket that more than one of its decisions touch (a tenant whose
 -- requests one turn of a worker's loop brought together) is read from Redis once and written
@@ -101,13 +107,24 @@ local function read_held(key)
   end
   return v
 end
+-- Writes a rate bucket's state (false: deletes its key, full again), or holds it for the call's
+-- end; `step` is the step its expiry falls in, `kept` that of the expiry the key has (nil: not
+-- known).
 local function write_rate(key, value, step, kept)
-  if not (held_keys and held_keys[key]) then return put_rate(key, value, step, kept) end
-  if held_step[key] == nil then held_order[#held_order + 1] = key end
-  held[key], held_step[key] = value, step or false
+  if held_keys and held_keys[key] then
+    if held_step[key] == nil then held_order[#held_order + 1] = key end
+    held[key], held_step[key] = value, step or false
+  elseif not value then
+    redis.call('DEL', key)
+  elseif step == kept then
+    redis.call('SET', key, value, 'KEEPTTL')
+  else
+    redis.call('SET', key, value, 'PX', ms(((step + 1) * STEP - now) / 1000))
+  end
 end
 local function write_held()
-  for _, key in ipairs(held_order) do put_rate(key, held[key], held_step[key], held_kept[key]) end
+  held_keys = nil  -- from here on, each goes to Redis
+  for _, key in ipairs(held_order) do write_rate(key, held[key], held_step[key], held_kept[key]) end
 end
 -- The tat, and the step of the expiry the key has (nil: not known). The limit comes parsed and
 -- as the gateway spelled it ("capacity rate", as a state repeats it); `initial`, the fill of a
@@ -116,11 +133,16 @@ local function load_rate(key, cap, rate, spelled, initial)
   local v
   if held_keys and held_keys[key] then v = read_held(key) else v = redis.call('GET', key) end
   if not v then return now + cap * (1 - parse(initial)) * 1e6 / rate, nil end
-  -- The cheap check first (this runs on every decision): the limit as the gateway spells it.
+  -- The cheap check first (this runs on every decision): the limit as the gateway spells it,
+  -- compared in place (a substring would be one more string for Lua to make and collect).
   local sp = find(v, ' ', 1, true)
   local tat = tonumber(sub(v, 1, sp - 1))
-  local kept = byte(v, 1) == 43 and floor((tat + 1000000) / STEP) or nil  -- '+'
-  if sub(v, sp + 1) ~= spelled then
+  local kept = nil
+  if byte(v, 1) == 43 then  -- '+'
+    kept = (tat + 1000000) / STEP
+    kept = kept - kept % 1
+  end
+  if #v - sp ~= #spelled or find(v, spelled, sp + 1, true) ~= sp + 1 then
     local c, r = match(v, ' (%S+) (%S+)$')
     c, r = tonumber(c), tonumber(r)
     local level = min(c - max(0, tat - now) * r / 1e6, cap)
@@ -136,7 +158,8 @@ local function save_rate(key, tat, spelled, kept)
     if kept ~= expiry_step(now) then return write_rate(key, false) end
     tat = now
   end
-  write_rate(key, '+' .. num(tat) .. ' ' .. spelled, floor((tat + 1000000) / STEP), kept)
+  local step = (tat + 1000000) / STEP
+  write_rate(key, '+' .. num(tat) .. ' ' .. spelled, step - step % 1, kept)
 end
 -- Concurrency: a sorted set of leases ("<request>|<amount>") scored by expiry.
 local function in_use(key)
@@ -256,9 +279,9 @@ end
 
 local FOREVER = 4611686018427387904
 local function dur(x)
-  x = floor(x * 1000 + 0.5)
+  x = x * 1000 + 0.5
   if x ~= x or x > FOREVER then return FOREVER elseif x < -FOREVER then return -FOREVER end
-  return x
+  return x - x % 1
 end
 
 -- A ranked queue ('p'): <key> holds the next free start; <key>:t the waiting places
@@ -347,7 +370,7 @@ end
 -- limit's; it returns where the verdict ends.
 local function decide(commit, keys, k, n, a, out, o, tuples)
   local lease = ARGV[a]
-  out[o + 1] = floor(now + 0.5)
+  out[o + 1] = now_whole
   out[o + 2] = 1
   local allowed = true
   local w = o + 2
@@ -366,7 +389,7 @@ local function decide(commit, keys, k, n, a, out, o, tuples)
       amount_s = ARGV[b + 3]
     end
     spells[i], amounts[i] = spelled, amount_s
-    local amount = parse(amount_s)
+    local amount = parsed[amount_s] or parse(amount_s)
     local admitted, remaining, until_full, retry, wait, extra = false, 0, 0, 0, 0, 0
     local s = nil
     if kind == 'q' then
@@ -392,7 +415,8 @@ local function decide(commit, keys, k, n, a, out, o, tuples)
       local tat, kept = load_rate(key, cap, rate, spelled, ARGV[b + 5])
       kepts[i] = kept
       local tau = cap * 1e6 / rate
-      local base = max(tat, now)
+      local base = tat
+      if base < now then base = now end
       -- Relative to now: at 1e15 units and 1e-3/s, tau is 1e24 us, where (now + tau) - now
       -- would lose the comparison to rounding.
       local after = (base - now) + amount * 1e6 / rate

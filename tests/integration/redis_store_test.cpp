@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <optional>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "harness.hpp"
@@ -454,6 +455,31 @@ TEST(RedisStore, ABucketsExpiryIsSetOncePerStepAndKeptBetween) {
     f.store.settle(d, limiter::charged(acme, d), config::Amounts{20'001});  // 20,000 more used
     f.run_until([&] { return f.store.settlements_outstanding() == 0; });
     EXPECT_GE(expiry(), before + 10'000);
+}
+
+TEST(RedisStore, AFractionalTimeInAStateReadsBackAsTheSameNumber) {
+    REQUIRE_REDIS();
+    RedisServer redis;
+    // Past 2^50 us a time's double steps by 0.25: the script writes its fraction as a quarter's
+    // digits, not through %.17g. Costs of 1 to 8 charged at 7/s leave every fraction there is.
+    const double now_us = 1'700'000'000'000'000.0;
+    core::ManualClock fake(static_cast<core::Nanos>(now_us) * 1000);
+    Fixture f(redis, &fake);
+    auto tokens = spec("tokens", Algorithm::token_bucket, 1000, 7, config::Unit::cost);
+    std::set<double> fractions;
+    for (int amount = 1; amount <= 8; ++amount) {
+        auto tenant = "t" + std::to_string(amount);
+        ASSERT_TRUE(f.run(true, {charge(tokens, Level::tenant, tenant, amount)}).allowed);
+        const double tat = now_us + amount * 1e6 / 7;  // the script's own arithmetic
+        auto reply = redis.command({"GET", "tg:tenant:tokens:" + tenant});
+        auto plus = reply.find("\r\n+");
+        ASSERT_NE(plus, std::string::npos) << reply;
+        auto text = reply.substr(plus + 3, reply.find(' ', plus) - plus - 3);
+        EXPECT_EQ(std::strtod(text.c_str(), nullptr), tat) << text;
+        EXPECT_EQ(text.find_first_of("eE"), std::string::npos) << text;
+        fractions.insert(tat - std::floor(tat));
+    }
+    EXPECT_EQ(fractions, (std::set<double>{0, 0.25, 0.5, 0.75})) << "every quarter was written";
 }
 
 TEST(RedisStore, ABucketARefundFillsStaysFullUntilItsExpiry) {
