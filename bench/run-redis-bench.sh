@@ -5,6 +5,10 @@
 #     store's median ratio and Redis CPU per request (this box's req/s moves by a third
 #     between runs a minute apart: one pair of rows says little).
 #   BENCH_STORES="redis+leases": only those Redis rows (default: redis redis+quota redis+leases).
+#   BENCH_BASELINE_BIN=<binary>: one more Redis row, "baseline", that build on the plain redis
+#     config (an older gateway, e.g. the one SPEC §18's "today's" was measured on), so that
+#     Redis CPU per request is compared within one run; the medians then give each row's
+#     Redis CPU per request as a fraction of the baseline's.
 # Same realistic config for both (tenant requests + tokens with unit: cost, ip, route and
 # global limits; 100 tenants), nginx serving a fixed chat completion as the upstream, a
 # redis-server of its own. Prints req/s, latency, the ratio to the memory store, and the
@@ -22,6 +26,8 @@ cd "$(dirname "$0")/.."
 secs=${1:-8}
 rounds=${BENCH_ROUNDS:-1}
 stores=${BENCH_STORES:-redis redis+quota redis+leases}
+baseline_bin=${BENCH_BASELINE_BIN:-}
+[ -z "$baseline_bin" ] || stores="baseline $stores"
 source bench/lib.sh tokengate-redis-bench redis-server
 
 start_static_completion
@@ -34,7 +40,9 @@ script_calls() { redis INFO commandstats | tr -d '\r' | awk -F'[=,:]' '/^cmdstat
 script_usec() { redis INFO commandstats | tr -d '\r' | awk -F'[=,:]' '/^cmdstat_eval(sha)?:/{n+=$5} END{print n+0}'; }
 
 start_tokengate() {  # name workers store
-  local name=$1 workers=$2 store=$3 p; p=$(port)
+  local name=$1 workers=$2 store=$3 p program=$bin; p=$(port)
+  # The baseline is an older build: only the config keys it has always had.
+  [ "$store" = baseline ] && program=$baseline_bin
   mkdir -p "$work/$name"
   {
     local quota=""
@@ -45,12 +53,14 @@ start_tokengate() {  # name workers store
     if [ "$store" != memory ]; then
       echo "store:"
       echo "  backend: redis"
-      echo "  redis: { url: \"redis://127.0.0.1:$redis_port/0\", timeout: 250ms, pool: 8, on_error: fail_closed }"
+      # The baseline's keys apart (prefix), so that neither build reads the other's state form.
+      local prefix="tg:"; [ "$store" = baseline ] && prefix="tgbase:"
+      echo "  redis: { url: \"redis://127.0.0.1:$redis_port/0\", prefix: \"$prefix\", timeout: 250ms, pool: 8, on_error: fail_closed }"
       # SPEC §18: the route, IP and global limits leased, only the tenant's decided in Redis.
       if [ "$store" = redis+leases ]; then echo "  leases: { fraction: 0.05, min_period: 200ms }"; fi
     fi
   } > "$work/$name/gateway.yaml"
-  "$bin" serve -c "$work/$name/gateway.yaml" > "$work/$name/out.log" 2>&1 & pids+=($!); echo "$p $!"
+  "$program" serve -c "$work/$name/gateway.yaml" > "$work/$name/out.log" 2>&1 & pids+=($!); echo "$p $!"
 }
 
 run_wrk() {  # port conns
@@ -66,8 +76,10 @@ for workers in 1 2; do
   read -r r_port r_pid < <(start_tokengate "redis-$workers" "$workers" redis)
   read -r q_port q_pid < <(start_tokengate "quota-$workers" "$workers" redis+quota)
   read -r l_port l_pid < <(start_tokengate "leases-$workers" "$workers" redis+leases)
-  wait_port "$m_port"; wait_port "$r_port"; wait_port "$q_port"; wait_port "$l_port"
-  declare -A port_of=([redis]=$r_port [redis+quota]=$q_port [redis+leases]=$l_port)
+  b_port=$l_port b_pid=$l_pid
+  [ -z "$baseline_bin" ] || read -r b_port b_pid < <(start_tokengate "baseline-$workers" "$workers" baseline)
+  wait_port "$m_port"; wait_port "$r_port"; wait_port "$q_port"; wait_port "$l_port"; wait_port "$b_port"
+  declare -A port_of=([redis]=$r_port [redis+quota]=$q_port [redis+leases]=$l_port [baseline]=$b_port)
   for conns in 64 256; do
    for _ in $(seq "$rounds"); do
     read -r _ m_rps m_p50 m_p99 m_bad _ _ < <(run_wrk "$m_port" "$conns")
@@ -87,23 +99,29 @@ for workers in 1 2; do
       cpu_req=$(python3 -c "print(f'{1e6*($cpu_after-$cpu_before)/max($r_total,1):.1f}')")
       shard_max=$(python3 -c "print(f'{$r_total/max($cpu_after-$cpu_before,1e-9):.0f}')")
       row "$name" "$workers" "$conns" "$r_rps" "$r_p50" "$r_p99" "$r_bad" "$ratio" "$per_req" "$redis_busy" "$us_req" "$cpu_req" "$shard_max"
-      echo "$name $workers $conns $ratio $cpu_req" >> "$work/rounds.txt"
+      echo "$name $workers $conns $ratio $cpu_req $us_req" >> "$work/rounds.txt"
     done
    done
   done
-  kill "$m_pid" "$r_pid" "$q_pid" "$l_pid" 2>/dev/null || true; sleep 0.3
+  kill "$m_pid" "$r_pid" "$q_pid" "$l_pid" "$b_pid" 2>/dev/null || true; sleep 0.3
 done
 if [ "$rounds" -gt 1 ]; then
-  echo "medians over $rounds rounds (store workers conns: x memory, redis us/req):"
+  echo "medians over $rounds rounds (store workers conns: x memory, redis us/req, script us/req):"
   python3 - "$work/rounds.txt" <<'PY'
 import collections, statistics, sys
 runs = collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    name, workers, conns, ratio, cpu = line.split()
-    runs[(name, workers, conns)].append((float(ratio), float(cpu)))
+    name, workers, conns, ratio, cpu, script = line.split()
+    runs[(name, workers, conns)].append((float(ratio), float(cpu), float(script)))
 for (name, workers, conns), r in runs.items():
-    print(f"  {name} {workers} {conns}: {statistics.median(x for x, _ in r):.2f}, {statistics.median(c for _, c in r):.1f}"
-          f" (ratios {' '.join(f'{x:.2f}' for x, _ in r)})")
+    base = runs.get(("baseline", workers, conns))
+    # Against the baseline round by round (the two ran seconds apart), then the median: SPEC
+    # §18 reads INFO commandstats (script us); INFO cpu's whole process beside it.
+    of_base = "" if not base or name == "baseline" else (
+        f"; of the baseline's: script {statistics.median(s / max(b[2], 1e-9) for (_, _, s), b in zip(r, base)):.2f},"
+        f" redis {statistics.median(c / max(b[1], 1e-9) for (_, c, _), b in zip(r, base)):.2f}")
+    print(f"  {name} {workers} {conns}: {statistics.median(x[0] for x in r):.2f}, {statistics.median(x[1] for x in r):.1f},"
+          f" {statistics.median(x[2] for x in r):.1f}{of_base} (ratios {' '.join(f'{x[0]:.2f}' for x in r)})")
 PY
 fi
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB; $(date -u +%Y-%m-%d); wrk -t2, ${secs}s per run; redis-server $(redis-server --version | grep -o 'v=[0-9.]*'); logs in $work with BENCH_KEEP=1"
