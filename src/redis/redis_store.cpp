@@ -623,7 +623,7 @@ void RedisStore::return_leases(bool everything) {
 
 net::awaitable<std::optional<Decision>> RedisStore::ask_redis(Client& client, std::span<const Charge> charges,
                                                               bool commit) {
-    auto lease = commit ? next_lease() : std::string();
+    auto lease = commit && holds_under_lease(charges) ? next_lease() : std::string();
     auto lease_ms = static_cast<double>(options_.lease) / 1e6;
     auto unix_now = quota_now();
     auto windows = quota_windows(charges, unix_now);

@@ -52,8 +52,13 @@ struct ScriptCall {
 using QuotaWindows = boost::container::small_vector<core::CalendarWindow, 6>;  // inline, as config::Charges
 QuotaWindows quota_windows(std::span<const limiter::Charge> charges, core::Nanos unix_now);
 
+/// Whether a decision over `charges` holds something in Redis under its lease (a concurrency
+/// slot, a place in a shaping queue): only such a decision needs a lease id.
+bool holds_under_lease(std::span<const limiter::Charge> charges);
+
 /// EVALSHA for a decision over `charges` (op "decide" or "peek"). `now_us` < 0: Redis TIME.
-/// Quotas are decided in `windows` (quota_windows at the gateway's `unix_now`).
+/// Quotas are decided in `windows` (quota_windows at the gateway's `unix_now`). An empty `lease`
+/// (nothing held under it) goes without its length.
 ScriptCall decide_call(std::string_view sha, const KeySpace& keys, std::span<const limiter::Charge> charges,
                        std::span<const core::CalendarWindow> windows, core::Nanos unix_now, bool commit,
                        std::string_view lease, double lease_ms, double now_us);
