@@ -205,16 +205,15 @@ private:
             // Then the rest of the backlog at once: one accept per trip through a busy event loop
             // kept a burst of new connections waiting behind every request in flight (a p99 of
             // 100-490 ms at 256 new connections, against 11-22 ms so).
-            // Near the connection limit the rest wait for the next turn, when the sessions started
-            // here (and any that ended meanwhile) are counted exactly.
-            std::uint64_t taken = take_connection(w, std::move(socket), tls);
+            // At the connection limit the rest wait for the next turn (and a slot, or their 503).
+            take_connection(w, std::move(socket), tls);
             auto limit = services_.runtime.get()->config->server.max_connections;
-            for (int more = 0; more < k_accepts_at_once && services_.open_connections.load() + taken < limit; ++more) {
+            for (int more = 0; more < k_accepts_at_once && services_.open_connections.load() < limit; ++more) {
                 beast::error_code aec;
                 net::ip::tcp::socket next(w.ioc);
                 acceptor.accept(next, aec);
                 if (aec) break;
-                taken += take_connection(w, std::move(next), tls);
+                take_connection(w, std::move(next), tls);
             }
         }
     }
@@ -222,10 +221,11 @@ private:
     // At most this many more a wake-up, so the requests in flight are not held up for long.
     static constexpr int k_accepts_at_once = 64;
 
-    /// Serves `socket`, or refuses it at the connection limit; 1 if served.
-    std::uint64_t take_connection(Worker& w, net::ip::tcp::socket socket, bool tls) {
+    /// Serves `socket`, or refuses it at the connection limit.
+    void take_connection(Worker& w, net::ip::tcp::socket socket, bool tls) {
         auto limit = services_.runtime.get()->config->server.max_connections;
-        if (services_.open_connections.load() >= limit) {
+        auto slot = ConnectionSlot::take(services_.open_connections, limit);
+        if (!slot) {
             // Refuse cleanly: one small non-blocking write of a 503, then close.
             static const std::string k_full = [] {
                 std::string body = error_body("The gateway is at its connection limit; retry shortly.", "server_error",
@@ -240,10 +240,9 @@ private:
             if (!tls) socket.write_some(net::buffer(k_full), ignored);
             socket.shutdown(net::ip::tcp::socket::shutdown_send, ignored);
             socket.close(ignored);
-            return 0;
+            return;
         }
-        net::co_spawn(w.ioc, serve_connection(std::move(socket), w, tls), log_exception);
-        return 1;
+        net::co_spawn(w.ioc, serve_connection(std::move(socket), w, tls, std::move(*slot)), log_exception);
     }
 
     /// With a shared store, the first requests wait (in the listen backlog, up to 3 s) for its

@@ -8,11 +8,13 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <unordered_map>
+#include <utility>
 
 #include "log_throttle.hpp"
 #include "tokengate/auth/subjects.hpp"
@@ -158,8 +160,32 @@ std::shared_ptr<RunTimeBook> make_shared_book(const store::Store& store, Worker&
 /// Whether a reload changes the store in a way only a restart applies.
 bool store_changed(const config::StoreConfig& was, const config::StoreConfig& now);
 
+/// One of server.max_connections: taken as a connection is accepted, before its session starts
+/// (so the bursts that several workers accept at once count each other's connections), and
+/// given back when the session ends, or is destroyed unstarted at shutdown.
+class ConnectionSlot {
+public:
+    /// A slot, unless `limit` connections are open already.
+    static std::optional<ConnectionSlot> take(std::atomic<std::uint64_t>& open, std::uint64_t limit) {
+        auto count = open.load();
+        do {
+            if (count >= limit) return std::nullopt;
+        } while (!open.compare_exchange_weak(count, count + 1));
+        return ConnectionSlot(open);
+    }
+    ConnectionSlot(ConnectionSlot&& other) noexcept : open_(std::exchange(other.open_, nullptr)) {}
+    ConnectionSlot& operator=(ConnectionSlot&&) = delete;
+    ~ConnectionSlot() {
+        if (open_) open_->fetch_sub(1);
+    }
+
+private:
+    explicit ConnectionSlot(std::atomic<std::uint64_t>& open) : open_(&open) {}
+    std::atomic<std::uint64_t>* open_;
+};
+
 /// `tls`: the listener's context when the connection came to the TLS listener.
-net::awaitable<void> serve_connection(net::ip::tcp::socket socket, Worker& worker, bool tls);
+net::awaitable<void> serve_connection(net::ip::tcp::socket socket, Worker& worker, bool tls, ConnectionSlot slot);
 net::awaitable<void> serve_admin_connection(net::ip::tcp::socket socket, Services& services);
 
 }  // namespace tokengate::server

@@ -394,13 +394,10 @@ private:
 
 }  // namespace
 
-net::awaitable<void> serve_connection(tcp::socket socket, Worker& worker, bool tls) {
-    worker.services.open_connections.fetch_add(1);
-    {
-        Session session(std::move(socket), worker, tls);
-        co_await session.run();
-    }
-    worker.services.open_connections.fetch_sub(1);
+// `slot`, a parameter, outlives the session (a local): it is given back once the session is gone.
+net::awaitable<void> serve_connection(tcp::socket socket, Worker& worker, bool tls, ConnectionSlot /*slot*/) {
+    Session session(std::move(socket), worker, tls);
+    co_await session.run();
 }
 
 }  // namespace tokengate::server

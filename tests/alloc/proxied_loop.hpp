@@ -53,7 +53,10 @@ public:
         net::co_spawn(outside_, accept_upstream(), net::detached);
         net::ip::tcp::acceptor front(worker_.ioc, {net::ip::make_address("127.0.0.1"), 0});
         client_.connect(front.local_endpoint());
-        net::co_spawn(worker_.ioc, server::serve_connection(front.accept(), worker_, false), net::detached);
+        net::co_spawn(worker_.ioc,
+                      server::serve_connection(front.accept(), worker_, false,
+                                               *server::ConnectionSlot::take(services_.open_connections, 1)),
+                      net::detached);
         worker_thread_ = std::thread([this, on_worker_thread = std::move(on_worker_thread)] {
             on_worker_thread();
             worker_.ioc.run();

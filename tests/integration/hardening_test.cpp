@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <future>
 #include <thread>
 
@@ -248,6 +249,32 @@ TEST(Clients, ConnectionsBeyondTheLimitAreRefusedCleanly) {
         if (!served) std::this_thread::sleep_for(50ms);
     }
     EXPECT_TRUE(served) << "room again once the held connections closed";
+}
+
+TEST(Clients, ABurstOfConnectionsIsServedUpToTheLimitAcrossWorkers) {
+    // Each worker accepts what its backlog holds at once: both workers' bursts together must
+    // still stop at max_connections, and every connection past it get its 503.
+    GatewayUnderTest gw(k_plain_routes, "  threads: 2\n  max_connections: 3\n");
+    ASSERT_EQ(gw.request(Request{"GET", "/nowhere", {{"Authorization", "Bearer k1"}}, ""}).status, 404);
+    // Stopped, the gateway accepts nothing: the kernel queues the connections and their requests
+    // in the listen backlog, and it finds them all at once when it runs again.
+    ::kill(gw.gateway().pid(), SIGSTOP);
+    std::vector<std::unique_ptr<RawClient>> clients;
+    for (int i = 0; i < 16; ++i) {
+        clients.push_back(std::make_unique<RawClient>(gw.port()));
+        ASSERT_TRUE(clients.back()->connected());
+        ASSERT_TRUE(clients.back()->send_all("GET /nowhere HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\n\r\n"));
+    }
+    ::kill(gw.gateway().pid(), SIGCONT);
+    int served = 0, refused = 0;
+    for (auto& c : clients) {
+        auto reply = c->read_some(10s, "}");
+        served += reply.find("404") != std::string::npos;
+        refused += reply.find("too_many_connections") != std::string::npos;
+    }
+    EXPECT_GE(served, 1);
+    EXPECT_LE(served, 3) << "at most max_connections served at once";
+    EXPECT_EQ(served + refused, 16) << "every connection answered";
 }
 
 }  // namespace

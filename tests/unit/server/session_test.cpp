@@ -30,7 +30,10 @@ struct Connection {
         services.store = std::make_unique<store::LocalStore>(clock);
         tcp::acceptor front(worker.ioc, {net::ip::make_address("127.0.0.1"), 0});
         client.connect(front.local_endpoint());
-        net::co_spawn(worker.ioc, serve_connection(front.accept(), worker, false), net::detached);
+        net::co_spawn(
+            worker.ioc,
+            serve_connection(front.accept(), worker, false, *ConnectionSlot::take(services.open_connections, 1)),
+            net::detached);
     }
     /// Sends `bytes`, then runs the worker until the gateway has answered `answers` times or
     /// closed the connection; returns everything received.
