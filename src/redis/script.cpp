@@ -508,7 +508,11 @@ local function decide(commit, keys, k, n, a, out, o, tuples)
     -- 0 or 1 for three elements, 2 or 3 for six.
     local a01 = admitted and 1 or 0
     if retry == 0 and wait == 0 and extra == 0 then
-      out[w + 1], out[w + 2], out[w + 3] = a01, reply_num(remaining), dur(until_full)
+      -- reply_num and dur written out for their common case: two Lua calls fewer a limit.
+      local r, u = remaining, until_full * 1000 + 0.5
+      if r % 1 ~= 0 or r <= -SAFE or r >= SAFE then r = reply_num(r) end
+      if u > -FOREVER and u < FOREVER then u = u - u % 1 else u = dur(until_full) end
+      out[w + 1], out[w + 2], out[w + 3] = a01, r, u
       w = w + 3
     else
       out[w + 1], out[w + 2], out[w + 3] = a01 + 2, reply_num(remaining), dur(until_full)
