@@ -517,6 +517,33 @@ TEST(RedisStore, ABucketARefundFillsStaysFullUntilItsExpiry) {
     EXPECT_EQ(redis.command({"EXISTS", key}), ":0\r\n");
 }
 
+TEST(RedisStore, ADecisionsKeysAreReadInOneMgetUpToAThousand) {
+    REQUIRE_REDIS();
+    RedisServer redis;
+    Fixture f(redis);
+    auto requests = spec("requests", Algorithm::token_bucket, 1, 0.001);
+    // Past 1000 keys a decision's keys do not fit Lua's stack at once: each is read alone.
+    for (int n : {1000, 1001}) {
+        std::vector<Charge> charges;
+        for (int i = 0; i < n; ++i)
+            charges.push_back(charge(requests, Level::tenant, std::to_string(n) + "-" + std::to_string(i), 1));
+        ASSERT_EQ(redis.command({"CONFIG", "RESETSTAT"}), "+OK\r\n");
+        ASSERT_TRUE(f.run(true, charges).allowed) << n;
+        auto refused = f.run(true, charges);
+        EXPECT_FALSE(refused.allowed) << n;
+        ASSERT_EQ(refused.statuses.size(), static_cast<std::size_t>(n));
+        EXPECT_FALSE(refused.statuses.back().verdict.admitted) << n;
+        auto stats = redis.command({"INFO", "commandstats"});
+        if (n == 1000) {
+            EXPECT_NE(stats.find("cmdstat_mget:calls=2,"), std::string::npos) << stats;
+            EXPECT_EQ(stats.find("cmdstat_get:"), std::string::npos) << stats;
+        } else {
+            EXPECT_NE(stats.find("cmdstat_get:calls=2002,"), std::string::npos) << stats;
+            EXPECT_EQ(stats.find("cmdstat_mget:"), std::string::npos) << stats;
+        }
+    }
+}
+
 TEST(RedisStore, DecisionsOfOneTurnOfTheLoopGoInOneCallEachOnItsOwn) {
     REQUIRE_REDIS();
     RedisServer redis;
@@ -548,9 +575,10 @@ TEST(RedisStore, DecisionsOfOneTurnOfTheLoopGoInOneCallEachOnItsOwn) {
     EXPECT_EQ(admitted[1], 30);
     auto stats = redis.command({"INFO", "commandstats"});
     EXPECT_NE(stats.find("cmdstat_evalsha:calls=2,"), std::string::npos) << stats;
-    // A bucket that many decisions of one call touch is read once and written once a call: two
-    // buckets read by each call; written by the first only (the second's are all refused).
-    EXPECT_NE(stats.find("cmdstat_get:calls=4,"), std::string::npos) << stats;
+    // A bucket that many decisions of one call touch is read once and written once a call: a
+    // call's keys read in one MGET; written by the first only (the second's are all refused).
+    EXPECT_NE(stats.find("cmdstat_mget:calls=2,"), std::string::npos) << stats;
+    EXPECT_EQ(stats.find("cmdstat_get:"), std::string::npos) << stats;
     EXPECT_NE(stats.find("cmdstat_set:calls=2,"), std::string::npos) << stats;
     // Alone in its turn, a decision is its own call, as before.
     EXPECT_FALSE(f.run(true, acme).allowed);
