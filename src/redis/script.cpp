@@ -26,12 +26,14 @@ constexpr std::string_view k_script = R"lua(
 local tonumber, floor, max, min, ceil = tonumber, math.floor, math.max, math.min, math.ceil
 local format, find, sub, byte, match = string.format, string.find, string.sub, string.byte, string.match
 local unpack = unpack
+-- The call's tables and redis.call as locals too: upvalues, not a lookup in the globals each use.
+local ARGV, KEYS, redis_call = ARGV, KEYS, redis.call
 local op = ARGV[1]
 local now
 if ARGV[2] ~= '' then
   now = tonumber(ARGV[2])
 else
-  local t = redis.call('TIME')
+  local t = redis_call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local EPS = 1e-3
@@ -106,13 +108,13 @@ local held_keys, held, held_kept, held_step, held_order = nil, {}, {}, {}, {}
 -- (unpack puts each key on Lua's stack, which holds ~8000: past 1000 keys, each is read alone.)
 local fetched = nil
 local function fetch_keys()
-  if #KEYS <= 1000 then fetched = redis.call('MGET', unpack(KEYS)) end
+  if #KEYS <= 1000 then fetched = redis_call('MGET', unpack(KEYS)) end
 end
 -- `pre`: the key's value as fetched (false: none), or nil if not fetched.
 local function read_held(key, pre)
   local v = held[key]
   if v == nil then
-    if pre ~= nil then v = pre else v = redis.call('GET', key) end
+    if pre ~= nil then v = pre else v = redis_call('GET', key) end
     held[key] = v
     held_kept[key] = v and byte(v, 1) == 43 and expiry_step(tonumber(sub(v, 2, find(v, ' ', 1, true) - 1))) or nil
   end
@@ -126,29 +128,31 @@ local function write_rate(key, value, step, kept)
     if held_step[key] == nil then held_order[#held_order + 1] = key end
     held[key], held_step[key] = value, step or false
   elseif not value then
-    redis.call('DEL', key)
+    redis_call('DEL', key)
   elseif step == kept then
-    redis.call('SET', key, value, 'KEEPTTL')
+    redis_call('SET', key, value, 'KEEPTTL')
   else
-    redis.call('SET', key, value, 'PX', ms(((step + 1) * STEP - now) / 1000))
+    redis_call('SET', key, value, 'PX', ms(((step + 1) * STEP - now) / 1000))
   end
 end
 local function write_held()
   held_keys = nil  -- from here on, each goes to Redis
   for _, key in ipairs(held_order) do write_rate(key, held[key], held_step[key], held_kept[key]) end
 end
+-- A state written under other limit sizes (a reload): its level kept in absolute units and
+-- clamped to the new capacity; returns the tat of that level under the new sizes.
+local function resized(v, tat, cap, rate)
+  local c, r = match(v, ' (%S+) (%S+)$')
+  c, r = tonumber(c), tonumber(r)
+  local level = min(c - max(0, tat - now) * r / 1e6, cap)
+  return now + (cap - level) * 1e6 / rate
+end
 -- The tat, and the step of the expiry the key has (nil: not known). The limit comes parsed and
 -- as the gateway spelled it ("capacity rate", as a state repeats it); `initial`, the fill of a
--- bucket not there, as spelled; `pre`, its state as fetched (false: none; nil: not fetched).
-local function load_rate(key, cap, rate, spelled, initial, pre)
+-- bucket not there, as spelled. (A decision, which has its states fetched, does this written out.)
+local function load_rate(key, cap, rate, spelled, initial)
   local v
-  if held_keys and held_keys[key] then
-    v = read_held(key, pre)
-  elseif pre ~= nil then
-    v = pre
-  else
-    v = redis.call('GET', key)
-  end
+  if held_keys and held_keys[key] then v = read_held(key) else v = redis_call('GET', key) end
   if not v then return now + cap * (1 - parse(initial)) * 1e6 / rate, nil end
   -- The cheap check first (this runs on every decision): the limit as the gateway spells it,
   -- compared in place (a substring would be one more string for Lua to make and collect).
@@ -159,12 +163,7 @@ local function load_rate(key, cap, rate, spelled, initial, pre)
     kept = (tat + 1000000) / STEP
     kept = kept - kept % 1
   end
-  if #v - sp ~= #spelled or find(v, spelled, sp + 1, true) ~= sp + 1 then
-    local c, r = match(v, ' (%S+) (%S+)$')
-    c, r = tonumber(c), tonumber(r)
-    local level = min(c - max(0, tat - now) * r / 1e6, cap)
-    tat = now + (cap - level) * 1e6 / rate
-  end
+  if #v - sp ~= #spelled or find(v, spelled, sp + 1, true) ~= sp + 1 then tat = resized(v, tat, cap, rate) end
   return tat, kept
 end
 local function save_rate(key, tat, spelled, kept)
@@ -180,9 +179,9 @@ local function save_rate(key, tat, spelled, kept)
 end
 -- Concurrency: a sorted set of leases ("<request>|<amount>") scored by expiry.
 local function in_use(key)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  redis_call('ZREMRANGEBYSCORE', key, '-inf', now)
   local used = 0
-  for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do
+  for _, m in ipairs(redis_call('ZRANGE', key, 0, -1)) do
     used = used + tonumber(match(m, '|([^|]+)$'))
   end
   return used
@@ -190,10 +189,10 @@ end
 
 if op == 'heartbeat' then
   local ttl = tonumber(ARGV[4])
-  redis.call('ZADD', KEYS[1], now + ttl * 1000, ARGV[3])
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-  redis.call('PEXPIRE', KEYS[1], ms(ttl * 2))
-  return redis.call('ZCARD', KEYS[1])
+  redis_call('ZADD', KEYS[1], now + ttl * 1000, ARGV[3])
+  redis_call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  redis_call('PEXPIRE', KEYS[1], ms(ttl * 2))
+  return redis_call('ZCARD', KEYS[1])
 end
 
 -- Settles one request: keys[k + 1 .. k + n]; ARGV[a] its lease, ARGV[a + 1] its marker, then
@@ -209,7 +208,7 @@ local function settle(keys, k, a, n)
     if first == nil then
       -- Unsealed (no batch named): every settlement would share it, and all but the first be lost.
       if sub(marker, -8) == 'settled:' then error('unsealed settlement marker ' .. marker) end
-      first = redis.call('SET', marker, 1, 'NX', 'PX', 120000) and true or false
+      first = redis_call('SET', marker, 1, 'NX', 'PX', 120000) and true or false
       marked[marker] = first
     end
     if not first then return end
@@ -219,13 +218,13 @@ local function settle(keys, k, a, n)
     local b = a + 2 + (i - 1) * 4
     local kind, cap_s, rate_s = ARGV[b], ARGV[b + 1], ARGV[b + 2]
     if kind == 'c' then
-      redis.call('ZREM', key, ARGV[a] .. '|' .. ARGV[b + 3])
+      redis_call('ZREM', key, ARGV[a] .. '|' .. ARGV[b + 3])
     elseif kind == 'q' then
       -- A quota's key names its window: a window that has ended (and expired) takes nothing.
-      if redis.call('EXISTS', key) == 1 then
-        local used = tonumber(redis.call('HINCRBYFLOAT', key, 'u', ARGV[b + 3]))
-        if used < 0 then redis.call('HSET', key, 'u', '0')
-        elseif used > MAX_COUNTER then redis.call('HSET', key, 'u', num(MAX_COUNTER)) end
+      if redis_call('EXISTS', key) == 1 then
+        local used = tonumber(redis_call('HINCRBYFLOAT', key, 'u', ARGV[b + 3]))
+        if used < 0 then redis_call('HSET', key, 'u', '0')
+        elseif used > MAX_COUNTER then redis_call('HSET', key, 'u', num(MAX_COUNTER)) end
       end
     else
       local cap, rate, delta, spelled = parse(cap_s), parse(rate_s), parse(ARGV[b + 3]), cap_s .. ' ' .. rate_s
@@ -285,12 +284,12 @@ end
 
 -- Admin: a quota's top-up (ARGV[3], may be 0) and reset (ARGV[4] == '1'); ARGV[5]: its TTL in ms.
 if op == 'quota' then
-  if ARGV[4] == '1' then redis.call('DEL', KEYS[1]) end
-  if tonumber(ARGV[3]) ~= 0 and tonumber(redis.call('HINCRBYFLOAT', KEYS[1], 'a', ARGV[3])) > MAX_COUNTER then
-    redis.call('HSET', KEYS[1], 'a', num(MAX_COUNTER))
+  if ARGV[4] == '1' then redis_call('DEL', KEYS[1]) end
+  if tonumber(ARGV[3]) ~= 0 and tonumber(redis_call('HINCRBYFLOAT', KEYS[1], 'a', ARGV[3])) > MAX_COUNTER then
+    redis_call('HSET', KEYS[1], 'a', num(MAX_COUNTER))
   end
-  if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], ms(tonumber(ARGV[5]))) end
-  local v = redis.call('HMGET', KEYS[1], 'u', 'a')
+  if redis_call('EXISTS', KEYS[1]) == 1 then redis_call('PEXPIRE', KEYS[1], ms(tonumber(ARGV[5]))) end
+  local v = redis_call('HMGET', KEYS[1], 'u', 'a')
   return {num(tonumber(v[1] or '0')), num(tonumber(v[2] or '0'))}
 end
 
@@ -309,22 +308,22 @@ local RANK = 2^40
 local HOLD = 5000000  -- us: a waiter asks at least every 0.5 s (RedisStore::k_turn_poll)
 local function place_ticket(member) return match(member, '^(.*)|') end
 local function drop_place(key, member)
-  redis.call('ZREM', key .. ':t', member)
-  redis.call('ZREM', key .. ':h', member)
-  redis.call('HDEL', key .. ':c', place_ticket(member))
+  redis_call('ZREM', key .. ':t', member)
+  redis_call('ZREM', key .. ':h', member)
+  redis_call('HDEL', key .. ':c', place_ticket(member))
 end
 local function purge_places(key)
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', key .. ':h', '-inf', now)) do drop_place(key, m) end
+  for _, m in ipairs(redis_call('ZRANGEBYSCORE', key .. ':h', '-inf', now)) do drop_place(key, m) end
 end
 -- The units of the places ranked before `rank`, and how many they are.
 local function units_before(key, rank)
-  local sum, ids = 0, redis.call('ZRANGEBYSCORE', key .. ':t', '-inf', '(' .. format('%.17g', rank))
+  local sum, ids = 0, redis_call('ZRANGEBYSCORE', key .. ':t', '-inf', '(' .. format('%.17g', rank))
   for _, m in ipairs(ids) do sum = sum + tonumber(match(m, '|([^|]+)$')) end
   return sum, #ids
 end
 local function keep_places(key, ttl)
   for _, suffix in ipairs({':t', ':h', ':c', ':d', ':n'}) do
-    if redis.call('EXISTS', key .. suffix) == 1 then redis.call('PEXPIRE', key .. suffix, ttl) end
+    if redis_call('EXISTS', key .. suffix) == 1 then redis_call('PEXPIRE', key .. suffix, ttl) end
   end
 end
 
@@ -334,30 +333,30 @@ end
 if op == 'turn' or op == 'leave' then
   local key, member = KEYS[1], ARGV[3]
   local ticket = place_ticket(member)
-  local was_displaced = redis.call('SREM', key .. ':d', ticket) == 1
+  local was_displaced = redis_call('SREM', key .. ':d', ticket) == 1
   if op == 'leave' then
     drop_place(key, member)
     return {3, 0}
   end
   if was_displaced then return {2, 0} end
   purge_places(key)
-  local rank = redis.call('ZSCORE', key .. ':t', member)
+  local rank = redis_call('ZSCORE', key .. ':t', member)
   if not rank then return {3, 0} end
   local rate = tonumber(ARGV[4])
-  local next_free = tonumber(redis.call('GET', key) or '0')
+  local next_free = tonumber(redis_call('GET', key) or '0')
   local ahead, n = units_before(key, tonumber(rank))
   local start = max(now, next_free) + ahead * 1e6 / rate
-  if start > tonumber(redis.call('HGET', key .. ':c', ticket) or '0') + tonumber(ARGV[5]) then
+  if start > tonumber(redis_call('HGET', key .. ':c', ticket) or '0') + tonumber(ARGV[5]) then
     drop_place(key, member)
     return {2, 0}
   end
   if n == 0 and next_free <= now then
     drop_place(key, member)
     local after = now + tonumber(match(member, '|([^|]+)$')) * 1e6 / rate
-    redis.call('SET', key, num(after), 'PX', ms((after - now) / 1000 + 1000))
+    redis_call('SET', key, num(after), 'PX', ms((after - now) / 1000 + 1000))
     return {1, 0}
   end
-  redis.call('ZADD', key .. ':h', now + HOLD, member)
+  redis_call('ZADD', key .. ':h', now + HOLD, member)
   return {0, dur(start - now)}
 end
 
@@ -412,7 +411,7 @@ local function decide(commit, keys, k, n, a, out, o, tuples)
     if kind == 'q' then
       -- A calendar quota: a hash {u = used, a = top-ups} under a key naming its window, which
       -- the gateway computed in its time zone; ARGV[b + 5] is the microseconds left in it.
-      local v = redis.call('HMGET', key, 'u', 'a')
+      local v = redis_call('HMGET', key, 'u', 'a')
       local used, added = tonumber(v[1] or '0'), tonumber(v[2] or '0')
       local allowance = cap + added
       local slack = 1e-9 * max(1, allowance)
@@ -429,7 +428,26 @@ local function decide(commit, keys, k, n, a, out, o, tuples)
       extra = added
       s = {left = left}
     elseif kind == 'r' then
-      local tat, kept = load_rate(key, cap, rate, spelled, ARGV[b + 5], fetched and fetched[k + i])
+      -- load_rate written out for a state fetched (nearly every one): a Lua call, and passing it
+      -- six values, cost Redis more than its lines.
+      local v = fetched and fetched[k + i]
+      local tat, kept
+      if v == nil then
+        tat, kept = load_rate(key, cap, rate, spelled, ARGV[b + 5])
+      else
+        if held_keys and held_keys[key] then v = read_held(key, v) end
+        if not v then
+          tat = now + cap * (1 - parse(ARGV[b + 5])) * 1e6 / rate
+        else
+          local sp = find(v, ' ', 1, true)
+          tat = tonumber(sub(v, 1, sp - 1))
+          if byte(v, 1) == 43 then  -- '+'
+            kept = (tat + 1000000) / STEP
+            kept = kept - kept % 1
+          end
+          if #v - sp ~= #spelled or find(v, spelled, sp + 1, true) ~= sp + 1 then tat = resized(v, tat, cap, rate) end
+        end
+      end
       kepts[i] = kept
       local tau = cap * 1e6 / rate
       local base = tat
@@ -456,8 +474,8 @@ local function decide(commit, keys, k, n, a, out, o, tuples)
       if amount > cap then retry = -1 elseif not admitted then retry = 1e6 end
     elseif kind == 'p' then
       purge_places(key)
-      local next_free = tonumber(redis.call('GET', key) or '0')
-      local waiting = redis.call('ZCARD', key .. ':t')
+      local next_free = tonumber(redis_call('GET', key) or '0')
+      local waiting = redis_call('ZCARD', key .. ':t')
       local max_wait, units, class = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7])
       local start = max(now, next_free)
       s = {next_free = start + units * 1e6 / rate, class = class, units_s = ARGV[b + 6], max_wait = max_wait}
@@ -472,7 +490,7 @@ local function decide(commit, keys, k, n, a, out, o, tuples)
         local mine = start + ahead * 1e6 / rate
         local victim
         if waiting + 1 > cap then
-          local last = redis.call('ZRANGE', key .. ':t', -1, -1, 'WITHSCORES')
+          local last = redis_call('ZRANGE', key .. ':t', -1, -1, 'WITHSCORES')
           if last[1] and tonumber(last[2]) >= (class + 1) * RANK then victim = last[1] end
         end
         until_full = mine - now
@@ -491,9 +509,9 @@ local function decide(commit, keys, k, n, a, out, o, tuples)
       end
     else
       local qkey = key .. ':q'
-      local next_free = tonumber(redis.call('GET', key) or '0')
-      redis.call('ZREMRANGEBYSCORE', qkey, '-inf', now)
-      local waiting = redis.call('ZCARD', qkey)
+      local next_free = tonumber(redis_call('GET', key) or '0')
+      redis_call('ZREMRANGEBYSCORE', qkey, '-inf', now)
+      local waiting = redis_call('ZCARD', qkey)
       local max_wait, units = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
       local start = max(now, next_free)
       if units * 1e6 / rate > max_wait + EPS then
@@ -504,7 +522,7 @@ local function decide(commit, keys, k, n, a, out, o, tuples)
       else
         until_full = start - now
         if waiting + 1 > cap then
-          local head = redis.call('ZRANGE', qkey, 0, 0, 'WITHSCORES')
+          local head = redis_call('ZRANGE', qkey, 0, 0, 'WITHSCORES')
           remaining = 0
           retry = max(0.001, (tonumber(head[2]) or now) - now)
         elseif start - now > max_wait + EPS then
@@ -545,35 +563,54 @@ local function decide(commit, keys, k, n, a, out, o, tuples)
     local key, kind, s = keys[k + i], kinds[i], more[i]
     if oks[i] then
       if kind == 'r' then
-        save_rate(key, tats[i], spells[i], kepts[i])
+        local tat = tats[i]
+        if tat > now and not (held_keys and held_keys[key]) then
+          -- save_rate written out for a state neither full nor held (nearly every one), its time
+          -- formatted into the state at once when whole.
+          local step = (tat + 1000000) / STEP
+          step = step - step % 1
+          local state
+          if tat % 1 == 0 and tat < SAFE then
+            state = format('+%d %s', tat, spells[i])
+          else
+            state = '+' .. num(tat) .. ' ' .. spells[i]
+          end
+          if step == kepts[i] then
+            redis_call('SET', key, state, 'KEEPTTL')
+          else
+            redis_call('SET', key, state, 'PX', ms(((step + 1) * STEP - now) / 1000))
+          end
+        else
+          save_rate(key, tat, spells[i], kepts[i])
+        end
       elseif kind == 'q' then
         -- Kept a day past the window's end, for settlements still on their way.
-        redis.call('HINCRBYFLOAT', key, 'u', amounts[i])
-        redis.call('PEXPIRE', key, ms(s.left / 1000 + 86400000))
+        redis_call('HINCRBYFLOAT', key, 'u', amounts[i])
+        redis_call('PEXPIRE', key, ms(s.left / 1000 + 86400000))
       elseif kind == 'c' then
         local lease_ms = tonumber(ARGV[a + 1])
-        redis.call('ZADD', key, now + lease_ms * 1000, lease .. '|' .. amounts[i])
-        redis.call('PEXPIRE', key, ms(lease_ms))
+        redis_call('ZADD', key, now + lease_ms * 1000, lease .. '|' .. amounts[i])
+        redis_call('PEXPIRE', key, ms(lease_ms))
       elseif kind == 'p' then
         if s.queued then
           if s.victim then
             drop_place(key, s.victim)
-            redis.call('SADD', key .. ':d', place_ticket(s.victim))
+            redis_call('SADD', key .. ':d', place_ticket(s.victim))
           end
           local member = lease .. ':' .. i .. '|' .. s.units_s
-          redis.call('ZADD', key .. ':t', s.class * RANK + redis.call('INCR', key .. ':n'), member)
-          redis.call('ZADD', key .. ':h', now + HOLD, member)  -- its first ask is due within that
-          redis.call('HSET', key .. ':c', lease .. ':' .. i, num(now + s.max_wait))
+          redis_call('ZADD', key .. ':t', s.class * RANK + redis_call('INCR', key .. ':n'), member)
+          redis_call('ZADD', key .. ':h', now + HOLD, member)  -- its first ask is due within that
+          redis_call('HSET', key .. ':c', lease .. ':' .. i, num(now + s.max_wait))
           keep_places(key, ms(s.max_wait / 1000 + 60000))
         else
-          redis.call('SET', key, num(s.next_free), 'PX', ms((s.next_free - now) / 1000 + 1000))
+          redis_call('SET', key, num(s.next_free), 'PX', ms((s.next_free - now) / 1000 + 1000))
         end
       else
         local ttl = ms((s.next_free - now) / 1000 + 1000)
-        redis.call('SET', key, num(s.next_free), 'PX', ttl)
+        redis_call('SET', key, num(s.next_free), 'PX', ttl)
         if s.start > now then
-          redis.call('ZADD', s.qkey, s.start, lease .. ':' .. i)
-          redis.call('PEXPIRE', s.qkey, ttl)
+          redis_call('ZADD', s.qkey, s.start, lease .. ':' .. i)
+          redis_call('PEXPIRE', s.qkey, ttl)
         end
       end
     end
