@@ -154,8 +154,9 @@ local function load_rate(key, cap, rate, spelled, initial)
   local v
   if held_keys and held_keys[key] then v = read_held(key) else v = redis_call('GET', key) end
   if not v then return now + cap * (1 - parse(initial)) * 1e6 / rate, nil end
-  -- The cheap check first (this runs on every decision): the limit as the gateway spells it,
-  -- compared in place (a substring would be one more string for Lua to make and collect).
+  -- The cheap check first: the limit as the gateway spells it. (Lua interns strings: a substring
+  -- equal to the spelled limit is that string, found, not a new one; compared in place with
+  -- find instead, Redis counted 0.9% more instructions.)
   local sp = find(v, ' ', 1, true)
   local tat = tonumber(sub(v, 1, sp - 1))
   local kept = nil
@@ -163,7 +164,7 @@ local function load_rate(key, cap, rate, spelled, initial)
     kept = (tat + 1000000) / STEP
     kept = kept - kept % 1
   end
-  if #v - sp ~= #spelled or find(v, spelled, sp + 1, true) ~= sp + 1 then tat = resized(v, tat, cap, rate) end
+  if sub(v, sp + 1) ~= spelled then tat = resized(v, tat, cap, rate) end
   return tat, kept
 end
 local function save_rate(key, tat, spelled, kept)
@@ -445,7 +446,7 @@ local function decide(commit, keys, k, n, a, out, o, tuples)
             kept = (tat + 1000000) / STEP
             kept = kept - kept % 1
           end
-          if #v - sp ~= #spelled or find(v, spelled, sp + 1, true) ~= sp + 1 then tat = resized(v, tat, cap, rate) end
+          if sub(v, sp + 1) ~= spelled then tat = resized(v, tat, cap, rate) end
         end
       end
       kepts[i] = kept
