@@ -13,8 +13,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -96,6 +98,21 @@ unsigned short free_port() {
     ::close(fd);
     return ntohs(addr.sin_port);
 }
+
+HeldPort::HeldPort() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    int one = 1;
+    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+        throw std::runtime_error(std::string("cannot hold a loopback port: ") + std::strerror(errno));
+    socklen_t len = sizeof addr;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+}
+
+HeldPort::~HeldPort() { ::close(fd_); }
 
 static int connect_to(unsigned short port) {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);

@@ -35,6 +35,23 @@ private:
 };
 
 unsigned short free_port();
+
+/// A loopback port kept for a server that comes and goes: bound, never listening, so connects
+/// to it are refused while the server is down, and neither another test's free_port() nor a
+/// client socket's ephemeral port can take it meanwhile. The server binds it beside the hold
+/// (SO_REUSEADDR on both: node and Asio's acceptor set it).
+class HeldPort {
+public:
+    HeldPort();
+    HeldPort(const HeldPort&) = delete;
+    ~HeldPort();
+    unsigned short port() const { return port_; }
+
+private:
+    int fd_ = -1;
+    unsigned short port_ = 0;
+};
+
 bool wait_for_port(unsigned short port, std::chrono::milliseconds timeout = std::chrono::seconds(10));
 std::string read_file(const std::string& path);
 /// What a shell command writes to stdout (curl, node, openssl).

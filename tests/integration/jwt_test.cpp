@@ -260,7 +260,8 @@ TEST(Jwt, AJwksUrlIsFetchedRefreshedAndKeptWhileItsServerIsDown) {
     MAKE_TOKENS(tokens, dir.path());
     auto served = dir.path() + "/served.json";
     // The provider is down when the gateway starts: JWT callers get 503 (retryable), keys work.
-    auto server_port = free_port();
+    HeldPort held;  // refused while the provider is down, and no other process's meanwhile
+    auto server_port = held.port();
     GatewayUnderTest gw(config("url:http://127.0.0.1:" + std::to_string(server_port) + "/jwks"));
     auto early = chat(gw, tokens["valid_ES256"]);
     EXPECT_EQ(early.status, 503) << early.body;
