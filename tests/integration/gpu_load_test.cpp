@@ -293,7 +293,7 @@ TEST(AdaptiveRate, TwoReplicasOnRedisEachFollowTheirOwnGpuAndShareTheBucketExact
         "  - { name: gpu, algorithm: token_bucket, capacity: 10, rate: 0.1/s,\n"
         "      adaptive: { signal: queue, target: 1, min_rate: 0.01/s } }\n"
         "store:\n  backend: redis\n  redis: { url: \"" +
-        redis.url() + "\", prefix: \"tga:\", timeout: 500ms, on_error: fail_closed }\n";
+        redis.url() + "\", prefix: \"tga:\", timeout: 5s, on_error: fail_closed }\n";
     const std::string scrape = "    metrics: { interval: 200ms }\n";
     GatewayUnderTest a(config, "", 20, scrape, {}, {}, {"--max-seqs", "1"});
     GatewayUnderTest b(config, "", 20, scrape, {}, {}, {"--max-seqs", "1"});
@@ -406,7 +406,7 @@ TEST(PriorityQueue, TwoReplicasOnRedisShareOneRankedQueue) {
     REQUIRE_REDIS();
     RedisServer redis;
     auto config = k_priority_tenants + "store:\n  backend: redis\n  redis: { url: \"" + redis.url() +
-                  "\", prefix: \"tgp:\", timeout: 500ms, on_error: fail_closed }\n";
+                  "\", prefix: \"tgp:\", timeout: 5s, on_error: fail_closed }\n";
     GatewayUnderTest a(config);
     GatewayUnderTest b(config);
     critical_requests_jump_the_queue({&a, &b});
@@ -416,7 +416,7 @@ TEST(PriorityQueue, APlaceHeldByAReplicaThatDiedIsDroppedWithinSeconds) {
     REQUIRE_REDIS();
     RedisServer redis;
     auto config = k_priority_tenants + "store:\n  backend: redis\n  redis: { url: \"" + redis.url() +
-                  "\", prefix: \"tgd:\", timeout: 500ms, on_error: fail_closed }\n";
+                  "\", prefix: \"tgd:\", timeout: 5s, on_error: fail_closed }\n";
     GatewayUnderTest a(config);
     GatewayUnderTest b(config);
     auto chat = [](const GatewayUnderTest& gw, const std::string& key) {
