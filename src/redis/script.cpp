@@ -380,17 +380,20 @@ local function limit_at(place, tuples)
 end
 
 -- One decision (decide, peek): every limit is checked first; only if every enforced one admits
--- is any charged (`commit`). Its keys are keys[k + 1 .. k + n]; ARGV[a] its lease, ARGV[a + 1]
--- the lease's ms, then eight per key; or, given `tuples` (decide_many), two per key: the place
--- of its limit's eight among the call's (from ARGV[tuples], the amount's left empty), and its
--- amount. Its verdict goes into out from o + 1: the time, whether all admit, then each
--- limit's; it returns where the verdict ends.
-local function decide(commit, keys, k, n, a, out, o, tuples)
-  local lease = ARGV[a]
-  out[o + 1] = now_whole
-  out[o + 2] = 1
+-- is any charged (`commit`). Its keys are keys[k + 1 .. k + n]; `lease` and `lease_ms` what it
+-- holds under; its items from ARGV[a + 2], eight per key; or, given `tuples` (decide_many), two
+-- per key: the place of its limit's eight among the call's (from ARGV[tuples], the amount's
+-- left empty), and its amount. Its verdict goes into out from o + 1: the time and whether all
+-- admit (not in decide_many, whose gateway reads neither), then each limit's; it returns where
+-- the verdict ends.
+local function decide(commit, keys, k, n, a, out, o, tuples, lease, lease_ms)
   local allowed = true
-  local w = o + 2
+  local w = o
+  if not tuples then
+    out[o + 1] = now_whole
+    out[o + 2] = 1
+    w = o + 2
+  end
   for i = 1, n do
     local key = keys[k + i]
     local kind, cap, rate, spelled, enforce, b, amount_s
@@ -558,7 +561,7 @@ local function decide(commit, keys, k, n, a, out, o, tuples)
       w = w + 6
     end
   end
-  if not allowed then out[o + 2] = 0 end
+  if not allowed and not tuples then out[o + 2] = 0 end
   if not commit or not allowed then return w end
   for i = 1, n do
     local key, kind, s = keys[k + i], kinds[i], more[i]
@@ -589,9 +592,9 @@ local function decide(commit, keys, k, n, a, out, o, tuples)
         redis_call('HINCRBYFLOAT', key, 'u', amounts[i])
         redis_call('PEXPIRE', key, ms(s.left / 1000 + 86400000))
       elseif kind == 'c' then
-        local lease_ms = tonumber(ARGV[a + 1])
-        redis_call('ZADD', key, now + lease_ms * 1000, lease .. '|' .. amounts[i])
-        redis_call('PEXPIRE', key, ms(lease_ms))
+        local held_ms = tonumber(lease_ms)
+        redis_call('ZADD', key, now + held_ms * 1000, lease .. '|' .. amounts[i])
+        redis_call('PEXPIRE', key, ms(held_ms))
       elseif kind == 'p' then
         if s.queued then
           if s.victim then
@@ -621,9 +624,11 @@ end
 
 -- Decisions that a worker had at once, in one call (SPEC §18: the script's start, TIME and the
 -- call's framing paid once): after the keys they share and the limits' arguments (below), each
--- is its key count, its lease and the lease's ms, then each limit's place and amount.
--- Each is decided on its own, in order, exactly as if it were its own call; the reply is their
--- verdicts one after another (one array: Redis converts a nested one element by element too).
+-- is its key count, then each limit's place and amount; a decision that holds something under
+-- a lease sends its key count negated, then its lease and the lease's ms (two strings fewer for
+-- Redis to make for every other). Each is decided on its own, in order, exactly as if it were
+-- its own call; the reply is their limits' verdicts one after another (one array: Redis
+-- converts a nested one element by element too).
 if op == 'decide_many' then
   -- ARGV[3]: how many keys more than one decision touches (the gateway found them: a scan here
   -- would cost Redis ~0.5 us a decision); they follow it.
@@ -638,10 +643,11 @@ if op == 'decide_many' then
   fetch_keys()
   local replies, o, k, a, last = {}, 0, 0, tuples + 8 * tonumber(ARGV[4 + repeated]), #ARGV
   while a <= last do
-    local n = parse(ARGV[a])
-    o = decide(true, KEYS, k, n, a + 1, replies, o, tuples)
+    local n, lease, lease_ms = parse(ARGV[a]), '', ''
+    if n < 0 then n, lease, lease_ms, a = -n, ARGV[a + 1], ARGV[a + 2], a + 2 end
+    o = decide(true, KEYS, k, n, a - 1, replies, o, tuples, lease, lease_ms)
     k = k + n
-    a = a + 3 + 2 * n
+    a = a + 1 + 2 * n
   end
   write_held()
   return replies
@@ -650,7 +656,7 @@ end
 -- it each time the size doubles); Redis's reply ends at the first nil.
 local out = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 if #KEYS > 1 then fetch_keys() end
-for j = decide(op == 'decide', KEYS, 0, #KEYS, 3, out, 0) + 1, 14 do out[j] = nil end
+for j = decide(op == 'decide', KEYS, 0, #KEYS, 3, out, 0, nil, ARGV[3], ARGV[4]) + 1, 14 do out[j] = nil end
 return out
 )lua";
 
@@ -900,8 +906,14 @@ ScriptCall decide_many_call(std::string_view sha, std::span<std::vector<std::str
     auto place = places.begin();
     for (auto& d : decisions) {
         auto n = key_count(d);
-        a.push_back(d[2]);
-        move_onto(a, d, 3 + n + 2, 3 + n + 4);  // lease, lease_ms
+        // Its key count (kept in d: split_decisions reads it), negated when a lease and its
+        // length follow: most decisions hold nothing under a lease and send neither.
+        if (d[3 + n + 2].empty()) {
+            a.push_back(d[2]);
+        } else {
+            a.push_back("-" + d[2]);
+            move_onto(a, d, 3 + n + 2, 3 + n + 4);
+        }
         for (std::size_t i = 0, at = 3 + n + 4; i < n; ++i, at += 8) {
             a.push_back(std::to_string(*place++));
             a.push_back(std::move(d[at + k_amount]));
@@ -919,8 +931,6 @@ std::optional<std::vector<std::span<const Reply>>> split_decisions(
     std::size_t at = 0;
     for (const auto& d : decisions) {
         auto start = at;
-        at += 2;  // the time, and whether all admit
-        if (at > all.size()) return std::nullopt;
         for (std::size_t i = key_count(d); i > 0; --i) {
             auto size = limit_verdict_size(all.subspan(at));
             if (size == 0) return std::nullopt;
@@ -1083,22 +1093,24 @@ ScriptCall heartbeat_call(std::string_view sha, const KeySpace& keys, std::strin
 
 std::optional<limiter::Decision> parse_decision(const Reply& reply, std::span<const limiter::Charge> charges,
                                                 std::string& error) {
-    if (reply.type != Reply::Type::array) {
+    // The time, whether all admit, then the limits' verdicts.
+    if (reply.type != Reply::Type::array || reply.elements.size() < 2 || !is_integer(reply.elements[1])) {
         error = "redis script: unexpected decision reply";
         return std::nullopt;
     }
-    return parse_decision(std::span<const Reply>(reply.elements), charges, error);
+    auto d = parse_decision(std::span<const Reply>(reply.elements).subspan(2), charges, error);
+    if (d && d->allowed != (reply.elements[1].integer != 0)) {
+        error = "redis script: its verdict disagrees with the limits' verdicts";
+        return std::nullopt;
+    }
+    return d;
 }
 
 std::optional<limiter::Decision> parse_decision(std::span<const Reply> verdict,
                                                 std::span<const limiter::Charge> charges, std::string& error) {
-    if (verdict.size() < 2 || !is_integer(verdict[1])) {
-        error = "redis script: unexpected decision reply";
-        return std::nullopt;
-    }
     limiter::Decision d;
     d.statuses.resize(charges.size());
-    std::size_t at = 2;
+    std::size_t at = 0;
     static const Reply k_zero{Reply::Type::integer, 0, {}, {}};
     for (std::size_t i = 0; i < charges.size(); ++i) {
         auto size = limit_verdict_size(verdict.subspan(at));
@@ -1136,10 +1148,6 @@ std::optional<limiter::Decision> parse_decision(std::span<const Reply> verdict,
         return std::nullopt;
     }
     limiter::resolve(d);
-    if (d.allowed != (verdict[1].integer != 0)) {
-        error = "redis script: its verdict disagrees with the limits' verdicts";
-        return std::nullopt;
-    }
     return d;
 }
 

@@ -618,6 +618,42 @@ TEST(RedisStore, DecisionsInOneCallEachChargeTheirOwnAmount) {
     EXPECT_NE(stats.find("cmdstat_evalsha:calls=1,"), std::string::npos) << stats;
 }
 
+// In one call, a decision that holds a slot under its lease sends the lease; one that holds
+// nothing sends none (its key count alone): each is read back with its own.
+TEST(RedisStore, DecisionsWithAndWithoutALeaseShareACall) {
+    REQUIRE_REDIS();
+    RedisServer redis;
+    Fixture f(redis);
+    auto tokens = spec("tokens", Algorithm::token_bucket, 30, 0.001, config::Unit::cost);
+    auto slots = spec("slots", Algorithm::concurrency, 100, 0);
+    ASSERT_EQ(redis.command({"CONFIG", "RESETSTAT"}), "+OK\r\n");
+    constexpr int n = 10;
+    std::vector<std::vector<Charge>> charges;
+    for (int i = 0; i < n; ++i)
+        charges.push_back(i % 2 ? std::vector<Charge>{charge(tokens, Level::tenant, "bravo", 2)}
+                                : std::vector<Charge>{charge(slots, Level::tenant, "acme", 1),
+                                                      charge(tokens, Level::tenant, "acme", 1)});
+    std::vector<std::optional<Decision>> out(n);
+    for (int i = 0; i < n; ++i)
+        net::co_spawn(f.ioc, f.store.decide(charges[static_cast<std::size_t>(i)]),
+                      [&out, i](std::exception_ptr, Decision d) { out[i] = std::move(d); });
+    f.run_until([&] { return std::all_of(out.begin(), out.end(), [](const auto& d) { return d.has_value(); }); });
+    for (int i = 0; i < n; ++i) {
+        ASSERT_TRUE(out[i]) << i;
+        ASSERT_TRUE(out[i]->allowed) << i;
+        if (i % 2) {
+            EXPECT_NEAR(out[i]->statuses[0].verdict.remaining, 30 - 2 * (i / 2 + 1), 0.01) << i;
+        } else {
+            EXPECT_EQ(out[i]->statuses[0].verdict.remaining, 100 - i / 2 - 1) << i;
+            EXPECT_NEAR(out[i]->statuses[1].verdict.remaining, 30 - (i / 2 + 1), 0.01) << i;
+        }
+    }
+    // Five slots, each under its own decision's lease.
+    EXPECT_EQ(redis.command({"ZCARD", "tg:tenant:slots:acme"}), ":5\r\n");
+    auto stats = redis.command({"INFO", "commandstats"});
+    EXPECT_NE(stats.find("cmdstat_evalsha:calls=1,"), std::string::npos) << stats;
+}
+
 TEST(RedisStore, ABatchAppliesEachMarkersSettlementsOnceAllOrNone) {
     REQUIRE_REDIS();
     RedisServer redis;

@@ -66,12 +66,13 @@ ScriptCall decide_call(std::string_view sha, const KeySpace& keys, std::span<con
 /// on its own as if it were its own call: its reply is their replies' elements one after
 /// another (split_decisions parts them). Mode standalone and sentinel only (their keys are many
 /// tenants', so many slots). A limit's items but its amount go once a call, and each decision
-/// names them by their place with its amount. Their keys and items move into the call; each
-/// one's key count stays, for split_decisions.
+/// names them by their place with its amount; one that holds something under its lease sends
+/// its key count negated, then the lease and its length. Their keys and items move into the
+/// call; each one's key count stays, for split_decisions.
 ScriptCall decide_many_call(std::string_view sha, std::span<std::vector<std::string>> decisions);
-/// The reply to a decide_many_call as each decision's own verdict (the time, whether all
-/// admit, then 3 elements a limit, or 6 when its first is 2 or 3; views into `reply`), in
-/// order; nullopt if it is not exactly their verdicts together.
+/// The reply to a decide_many_call as each decision's limits' verdicts (3 elements a limit, or 6
+/// when its first is 2 or 3; views into `reply`), in order; nullopt if it is not exactly their
+/// verdicts together.
 std::optional<std::vector<std::span<const Reply>>> split_decisions(const Reply& reply,
                                                                    std::span<const std::vector<std::string>> decisions);
 /// EVALSHA settling the charges that need it (none: no call, empty args); a quota in the
@@ -114,7 +115,8 @@ ScriptCall heartbeat_call(std::string_view sha, const KeySpace& keys, std::strin
 /// malformed reply, nothing, and `error` says what was wrong.
 std::optional<limiter::Decision> parse_decision(const Reply& reply, std::span<const limiter::Charge> charges,
                                                 std::string& error);
-/// The same, from a verdict's elements (one of split_decisions's).
+/// The same from a decision's limits' verdicts alone (one of split_decisions's): the time and
+/// whether all admit are decide/peek's, not decide_many's.
 std::optional<limiter::Decision> parse_decision(std::span<const Reply> verdict,
                                                 std::span<const limiter::Charge> charges, std::string& error);
 

@@ -192,8 +192,8 @@ TEST(MemoryStoreShare, StandsInWithEachLimitDividedAndFull) {
 
 TEST(RedisScript, DecisionsTakenTogetherKeepEachOnesArguments) {
     std::vector<std::vector<std::string>> decisions{
-        {"EVALSHA", "s", "2", "k1", "k2", "decide", "",  "L1", "600000", "r", "10", "1", "1",
-         "1",       "1", "0", "0",  "r",  "20",     "2", "1",  "1",      "1", "0",  "0"},
+        {"EVALSHA", "s", "2", "k1", "k2", "decide", "",  "",  "",  "r", "10", "1", "1",
+         "1",       "1", "0", "0",  "r",  "20",     "2", "1", "1", "1", "0",  "0"},
         {"EVALSHA", "s", "1", "k3", "decide", "", "L2", "600000", "c", "4", "0", "1", "1", "0", "0", "0"}};
     // Copied first: a call takes its decisions' keys and items (their key counts stay).
     std::vector<std::vector<std::string>> same_tenant{decisions[0], decisions[0], decisions[0], decisions[1]};
@@ -204,11 +204,12 @@ TEST(RedisScript, DecisionsTakenTogetherKeepEachOnesArguments) {
     std::vector<std::vector<std::string>> mixed{decisions[0], different_amount, different_capacity};
     auto call = decide_many_call("sha", decisions).args;
     // A limit's items but its amount once (the amount left empty), then each decision's key
-    // count, lease, lease ms, and each limit's place among them and its amount.
-    std::vector<std::string> expected{
-        "EVALSHA", "sha", "3", "k1", "k2",     "k3", "decide_many", "",  "0", "3", "r",  "10",     "1", "", "1", "1",
-        "0",       "0",   "r", "20", "2",      "",   "1",           "1", "0", "0", "c",  "4",      "0", "", "1", "0",
-        "0",       "0",   "2", "L1", "600000", "1",  "1",           "2", "1", "1", "L2", "600000", "3", "1"};
+    // count and each limit's place among them and its amount; the key count negated when a
+    // lease and its length follow it (the concurrency limit's decision holds a slot).
+    std::vector<std::string> expected{"EVALSHA", "sha", "3", "k1", "k2", "k3", "decide_many", "",   "0",      "3", "r",
+                                      "10",      "1",   "",  "1",  "1",  "0",  "0",           "r",  "20",     "2", "",
+                                      "1",       "1",   "0", "0",  "c",  "4",  "0",           "",   "1",      "0", "0",
+                                      "0",       "2",   "1", "1",  "2",  "1",  "-1",          "L2", "600000", "3", "1"};
     EXPECT_EQ(call, expected);
     EXPECT_EQ(decisions[0][2], "2");
     EXPECT_EQ(decisions[1][2], "1");
@@ -224,28 +225,29 @@ TEST(RedisScript, DecisionsTakenTogetherKeepEachOnesArguments) {
     auto mixed_call = decide_many_call("sha", mixed).args;
     ASSERT_GE(mixed_call.size(), 15u);
     EXPECT_EQ(mixed_call[14], "3");
-    std::vector<std::string> places(mixed_call.end() - 21, mixed_call.end());
-    EXPECT_EQ(places, (std::vector<std::string>{"2", "L1", "600000", "1", "1", "2", "1",  //
-                                                "2", "L1", "600000", "1", "7", "2", "1",  //
-                                                "2", "L1", "600000", "1", "1", "3", "1"}));
+    std::vector<std::string> places(mixed_call.end() - 15, mixed_call.end());
+    EXPECT_EQ(places, (std::vector<std::string>{"2", "1", "1", "2", "1",  //
+                                                "2", "1", "7", "2", "1",  //
+                                                "2", "1", "1", "3", "1"}));
 
-    // The reply is their verdicts one after another: the time, whether all admit, then 3
-    // elements a limit (admitted 0 or 1) or 6 (admitted 2 or 3: retry, wait and extra follow).
+    // The reply is their limits' verdicts one after another (no time, no "all admit": the
+    // gateway reads neither): 3 elements a limit (admitted 0 or 1) or 6 (admitted 2 or 3:
+    // retry, wait and extra follow).
     auto integers = [](std::initializer_list<long long> values) {
         Reply r;
         r.type = Reply::Type::array;
         for (auto v : values) r.elements.push_back(Reply{Reply::Type::integer, v, {}, {}});
         return r;
     };
-    auto flat = integers({100, 1, 1, 5, 6, 3, 7, 8, 0, 0, 0, 101, 0, 0, 9, 10});
+    auto flat = integers({1, 5, 6, 3, 7, 8, 0, 0, 0, 0, 9, 10});
     auto each = split_decisions(flat, decisions);
     ASSERT_TRUE(each);
     ASSERT_EQ(each->size(), 2u);
-    ASSERT_EQ((*each)[0].size(), 11u);
-    ASSERT_EQ((*each)[1].size(), 5u);
-    EXPECT_EQ((*each)[0][10].integer, 0);
-    EXPECT_EQ((*each)[1][0].integer, 101);
-    EXPECT_EQ((*each)[1][4].integer, 10);
+    ASSERT_EQ((*each)[0].size(), 9u);
+    ASSERT_EQ((*each)[1].size(), 3u);
+    EXPECT_EQ((*each)[0][8].integer, 0);
+    EXPECT_EQ((*each)[1][0].integer, 0);
+    EXPECT_EQ((*each)[1][2].integer, 10);
     // One element short or over, a limit's first not 0-3, or no array: not taken apart at a guess.
     auto short_flat = flat;
     short_flat.elements.pop_back();
@@ -254,10 +256,10 @@ TEST(RedisScript, DecisionsTakenTogetherKeepEachOnesArguments) {
     long_flat.elements.push_back(Reply{Reply::Type::integer, 0, {}, {}});
     EXPECT_FALSE(split_decisions(long_flat, decisions));
     auto odd_first = flat;
-    odd_first.elements[5].integer = 4;
+    odd_first.elements[3].integer = 4;
     EXPECT_FALSE(split_decisions(odd_first, decisions));
     auto text_first = flat;
-    text_first.elements[2] = Reply{Reply::Type::string, 0, "1", {}};
+    text_first.elements[0] = Reply{Reply::Type::string, 0, "1", {}};
     EXPECT_FALSE(split_decisions(text_first, decisions));
     EXPECT_FALSE(split_decisions(Reply{Reply::Type::integer, 22, {}, {}}, decisions));
 }
@@ -274,7 +276,9 @@ TEST(RedisScript, ACallOfManyDecisionsReadsBackAsEachOnesItems) {
             std::size_t n = 1 + random() % 3;
             std::vector<std::string> args{"EVALSHA", "s", std::to_string(n)};
             for (std::size_t i = 0; i < n; ++i) args.push_back("k" + std::to_string(random() % 10));
-            args.insert(args.end(), {"decide", "", "L" + std::to_string(d), "600000"});
+            // Every third holds nothing under a lease: no lease, no length.
+            bool leased = d % 3 != 0;
+            args.insert(args.end(), {"decide", "", leased ? "L" + std::to_string(d) : "", leased ? "600000" : ""});
             for (std::size_t i = 0; i < n; ++i)
                 args.insert(args.end(), {i == 2 ? "c" : "r", std::to_string(10 + random() % capacities), "1",
                                          std::to_string(random() % 5), "1", "1", "0", "0"});
@@ -288,16 +292,25 @@ TEST(RedisScript, ACallOfManyDecisionsReadsBackAsEachOnesItems) {
         std::size_t at = tuples + 8 * std::stoul(a[tuples - 1]);
         for (const auto& original : originals) {
             std::size_t n = std::stoul(original[2]);
-            ASSERT_EQ(a[at], original[2]);
-            ASSERT_EQ(a[at + 1], original[3 + n + 2]);  // lease
+            const auto& lease = original[3 + n + 2];
+            // The key count, negated when the lease and its length follow.
+            if (lease.empty()) {
+                ASSERT_EQ(a[at], original[2]);
+                at += 1;
+            } else {
+                ASSERT_EQ(a[at], "-" + original[2]);
+                ASSERT_EQ(a[at + 1], lease);
+                ASSERT_EQ(a[at + 2], original[3 + n + 3]);
+                at += 3;
+            }
             for (std::size_t i = 0; i < n; ++i) {
-                std::size_t base = tuples + (std::stoul(a[at + 3 + 2 * i]) - 1) * 8;
+                std::size_t base = tuples + (std::stoul(a[at + 2 * i]) - 1) * 8;
                 for (std::size_t j = 0; j < 8; ++j) {
-                    const auto& item = j == 3 ? a[at + 4 + 2 * i] : a[base + j];
+                    const auto& item = j == 3 ? a[at + 1 + 2 * i] : a[base + j];
                     ASSERT_EQ(item, original[3 + n + 4 + i * 8 + j]) << round << " " << i << " " << j;
                 }
             }
-            at += 3 + 2 * n;
+            at += 2 * n;
         }
         EXPECT_EQ(at, a.size());
     }
