@@ -367,29 +367,24 @@ end
 -- each limit's "capacity rate" as the gateway spelled it, `amounts` its amount.
 local kinds, oks, tats, kepts, more, spells, amounts = {}, {}, {}, {}, {}, {}, {}
 
--- decide_many's limits, each read from its eight arguments once a call, by its place as the
--- decisions name it: kind, capacity, rate, "capacity rate" as spelled, enforced, where its
--- arguments start. (Read and parsed for every decision instead, a call cost Redis ~8% more.)
-local limits = {}
-local function limit_at(place, tuples)
-  local b = tuples + (tonumber(place) - 1) * 8
+-- A decide_many limit, read from its eight arguments (from ARGV[b]) once a call: kind,
+-- capacity, rate, "capacity rate" as spelled, enforced, where its arguments start. (Read and
+-- parsed for every decision instead, a call cost Redis ~8% more.)
+local function limit_at(b)
   local cap_s, rate_s = ARGV[b + 1], ARGV[b + 2]
-  local limit = {ARGV[b], tonumber(cap_s), tonumber(rate_s), cap_s .. ' ' .. rate_s, ARGV[b + 4] == '1', b}
-  limits[place] = limit
-  return limit
+  return {ARGV[b], tonumber(cap_s), tonumber(rate_s), cap_s .. ' ' .. rate_s, ARGV[b + 4] == '1', b}
 end
 
 -- One decision (decide, peek): every limit is checked first; only if every enforced one admits
 -- is any charged (`commit`). Its keys are keys[k + 1 .. k + n]; `lease` and `lease_ms` what it
--- holds under; its items from ARGV[a + 2], eight per key; or, given `tuples` (decide_many), two
--- per key: the place of its limit's eight among the call's (from ARGV[tuples], the amount's
--- left empty), and its amount. Its verdict goes into out from o + 1: the time and whether all
--- admit (not in decide_many, whose gateway reads neither), then each limit's; it returns where
--- the verdict ends.
-local function decide(commit, keys, k, n, a, out, o, tuples, lease, lease_ms)
+-- holds under; its items from ARGV[a + 2], eight per key; or, given its `shape` (decide_many),
+-- its limits as limit_at read them, and from ARGV[a + 1] each one's amount. Its verdict goes
+-- into out from o + 1: the time and whether all admit (not in decide_many, whose gateway reads
+-- neither), then each limit's; it returns where the verdict ends.
+local function decide(commit, keys, k, n, a, out, o, shape, lease, lease_ms)
   local allowed = true
   local w = o
-  if not tuples then
+  if not shape then
     out[o + 1] = now_whole
     out[o + 2] = 1
     w = o + 2
@@ -397,11 +392,10 @@ local function decide(commit, keys, k, n, a, out, o, tuples, lease, lease_ms)
   for i = 1, n do
     local key = keys[k + i]
     local kind, cap, rate, spelled, enforce, b, amount_s
-    if tuples then
-      local place = ARGV[a + 2 * i]
-      local limit = limits[place] or limit_at(place, tuples)
+    if shape then
+      local limit = shape[i]
       kind, cap, rate, spelled, enforce, b = limit[1], limit[2], limit[3], limit[4], limit[5], limit[6]
-      amount_s = ARGV[a + 1 + 2 * i]
+      amount_s = ARGV[a + i]
     else
       b = a + 2 + (i - 1) * 8
       local cap_s, rate_s = ARGV[b + 1], ARGV[b + 2]
@@ -561,7 +555,7 @@ local function decide(commit, keys, k, n, a, out, o, tuples, lease, lease_ms)
       w = w + 6
     end
   end
-  if not allowed and not tuples then out[o + 2] = 0 end
+  if not allowed and not shape then out[o + 2] = 0 end
   if not commit or not allowed then return w end
   for i = 1, n do
     local key, kind, s = keys[k + i], kinds[i], more[i]
@@ -623,12 +617,12 @@ local function decide(commit, keys, k, n, a, out, o, tuples, lease, lease_ms)
 end
 
 -- Decisions that a worker had at once, in one call (SPEC §18: the script's start, TIME and the
--- call's framing paid once): after the keys they share and the limits' arguments (below), each
--- is its key count, then each limit's place and amount; a decision that holds something under
--- a lease sends its key count negated, then its lease and the lease's ms (two strings fewer for
--- Redis to make for every other). Each is decided on its own, in order, exactly as if it were
--- its own call; the reply is their limits' verdicts one after another (one array: Redis
--- converts a nested one element by element too).
+-- call's framing paid once): after the keys they share, the limits' arguments and the shapes
+-- (below), each is its shape's index, then each limit's amount; a decision that holds
+-- something under a lease sends its shape's index negated, then its lease and the lease's ms
+-- (two strings fewer for Redis to make for every other). Each is decided on its own, in order,
+-- exactly as if it were its own call; the reply is their limits' verdicts one after another
+-- (one array: Redis converts a nested one element by element too).
 if op == 'decide_many' then
   -- ARGV[3]: how many keys more than one decision touches (the gateway found them: a scan here
   -- would cost Redis ~0.5 us a decision); they follow it.
@@ -639,15 +633,30 @@ if op == 'decide_many' then
   end
   -- Then how many distinct limits' arguments the call has, and those, eight each (the amount
   -- left empty): most of a tier's decisions share them, which the gateway then sends once.
-  local tuples = 5 + repeated
+  local limits, at = {}, 5 + repeated
+  for p = 1, tonumber(ARGV[4 + repeated]) do
+    limits[p] = limit_at(at)
+    at = at + 8
+  end
+  -- Then how many shapes, and each: its limits' count and their places among those (1-based).
+  -- A decision's shape is the list of its limits, which one tier's decisions share.
+  local shapes = {}
+  for s = 1, tonumber(ARGV[at]) do
+    local n, shape = tonumber(ARGV[at + 1]), {}
+    for i = 1, n do shape[i] = limits[tonumber(ARGV[at + 1 + i])] end
+    shapes[s] = shape
+    at = at + 1 + n
+  end
   fetch_keys()
-  local replies, o, k, a, last = {}, 0, 0, tuples + 8 * tonumber(ARGV[4 + repeated]), #ARGV
+  local replies, o, k, a, last = {}, 0, 0, at + 1, #ARGV
   while a <= last do
-    local n, lease, lease_ms = parse(ARGV[a]), '', ''
-    if n < 0 then n, lease, lease_ms, a = -n, ARGV[a + 1], ARGV[a + 2], a + 2 end
-    o = decide(true, KEYS, k, n, a - 1, replies, o, tuples, lease, lease_ms)
+    local s, lease, lease_ms = parse(ARGV[a]), '', ''
+    if s < 0 then s, lease, lease_ms, a = -s, ARGV[a + 1], ARGV[a + 2], a + 2 end
+    local shape = shapes[s]
+    local n = #shape
+    o = decide(true, KEYS, k, n, a, replies, o, shape, lease, lease_ms)
     k = k + n
-    a = a + 1 + 2 * n
+    a = a + 1 + n
   end
   write_held()
   return replies
@@ -856,21 +865,29 @@ bool same_limit(const std::vector<std::string>& x, std::size_t at_x, const std::
 
 ScriptCall decide_many_call(std::string_view sha, std::span<std::vector<std::string>> decisions) {
     // Each is decide_call's: EVALSHA sha n key... 'decide' time lease lease_ms item...
-    // A limit's items but its amount go once a call, and each decision names them by their
-    // place (1-based): a tier's limits are the same for all its tenants, so Redis reads 2 per
-    // limit a decision instead of 8.
+    // A limit's items but its amount go once a call, and so does each shape: the list of a
+    // decision's limits, by their places (1-based). A tier's limits are the same for all its
+    // tenants, so its decisions share one shape, and Redis reads one argument a limit a
+    // decision (its amount) and one a decision (its shape) instead of 8 a limit.
     struct Limit {
         std::size_t decision, at;
+    };
+    struct Shape {
+        std::size_t first, size;  // its places in `places`
     };
     std::size_t limits_in_all = 0;
     for (const auto& d : decisions) limits_in_all += key_count(d);
     std::vector<Limit> limits;
     limits.reserve(limits_in_all);
-    std::vector<std::uint32_t> places;  // each decision's limits' places, in order
+    std::vector<std::uint32_t> places;  // each shape's limits' places, in order
     places.reserve(limits_in_all);
+    std::vector<Shape> shapes;
+    std::vector<std::uint32_t> shape_of;  // each decision's shape (1-based)
+    shape_of.reserve(decisions.size());
     for (std::size_t di = 0; di < decisions.size(); ++di) {
         const auto& d = decisions[di];
         auto n = key_count(d);
+        Shape mine{places.size(), n};
         for (std::size_t i = 0, at = 3 + n + 4; i < n; ++i, at += 8) {
             std::size_t p = 0;
             auto looked = std::min(limits.size(), k_limits_looked_through);
@@ -881,6 +898,21 @@ ScriptCall decide_many_call(std::string_view sha, std::span<std::vector<std::str
             }
             places.push_back(static_cast<std::uint32_t>(p + 1));
         }
+        // A shape seen before drops the places just added; as with limits, only the first
+        // few are looked through.
+        auto mine_places = std::span(places).subspan(mine.first, n);
+        std::size_t s = 0;
+        auto looked = std::min(shapes.size(), k_limits_looked_through);
+        while (s < looked &&
+               !std::ranges::equal(std::span(places).subspan(shapes[s].first, shapes[s].size), mine_places))
+            ++s;
+        if (s == looked) {
+            s = shapes.size();
+            shapes.push_back(mine);
+        } else {
+            places.resize(mine.first);
+        }
+        shape_of.push_back(static_cast<std::uint32_t>(s + 1));
     }
 
     ScriptCall call;
@@ -888,7 +920,8 @@ ScriptCall decide_many_call(std::string_view sha, std::span<std::vector<std::str
     // The script reads and writes these once for the call (copied: their decisions' keys move).
     auto views = repeated_keys(decisions);
     std::vector<std::string> repeated(views.begin(), views.end());
-    a.reserve(8 + 3 * limits_in_all + repeated.size() + 8 * limits.size() + 3 * decisions.size());
+    a.reserve(9 + 2 * limits_in_all + repeated.size() + 8 * limits.size() + shapes.size() + places.size() +
+              3 * decisions.size());
     a.emplace_back("EVALSHA");
     a.emplace_back(sha);
     a.push_back(std::to_string(all_keys(decisions)));
@@ -903,21 +936,23 @@ ScriptCall decide_many_call(std::string_view sha, std::span<std::vector<std::str
         auto& d = decisions[l.decision];
         for (std::size_t j = 0; j < 8; ++j) a.push_back(j == k_amount ? std::string() : std::move(d[l.at + j]));
     }
-    auto place = places.begin();
+    a.push_back(std::to_string(shapes.size()));
+    for (const auto& shape : shapes) {
+        a.push_back(std::to_string(shape.size));
+        for (std::size_t i = 0; i < shape.size; ++i) a.push_back(std::to_string(places[shape.first + i]));
+    }
+    auto next_shape = shape_of.begin();
     for (auto& d : decisions) {
         auto n = key_count(d);
-        // Its key count (kept in d: split_decisions reads it), negated when a lease and its
-        // length follow: most decisions hold nothing under a lease and send neither.
+        // Its shape (its key count stays in d: split_decisions reads it), negated when a lease
+        // and its length follow: most decisions hold nothing under a lease and send neither.
         if (d[3 + n + 2].empty()) {
-            a.push_back(d[2]);
+            a.push_back(std::to_string(*next_shape++));
         } else {
-            a.push_back("-" + d[2]);
+            a.push_back("-" + std::to_string(*next_shape++));
             move_onto(a, d, 3 + n + 2, 3 + n + 4);
         }
-        for (std::size_t i = 0, at = 3 + n + 4; i < n; ++i, at += 8) {
-            a.push_back(std::to_string(*place++));
-            a.push_back(std::move(d[at + k_amount]));
-        }
+        for (std::size_t i = 0, at = 3 + n + 4; i < n; ++i, at += 8) a.push_back(std::move(d[at + k_amount]));
     }
     return call;
 }

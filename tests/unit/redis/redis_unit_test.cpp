@@ -203,13 +203,21 @@ TEST(RedisScript, DecisionsTakenTogetherKeepEachOnesArguments) {
     different_capacity[17 + 1] = "21";  // the second limit's capacity
     std::vector<std::vector<std::string>> mixed{decisions[0], different_amount, different_capacity};
     auto call = decide_many_call("sha", decisions).args;
-    // A limit's items but its amount once (the amount left empty), then each decision's key
-    // count and each limit's place among them and its amount; the key count negated when a
-    // lease and its length follow it (the concurrency limit's decision holds a slot).
-    std::vector<std::string> expected{"EVALSHA", "sha", "3", "k1", "k2", "k3", "decide_many", "",   "0",      "3", "r",
-                                      "10",      "1",   "",  "1",  "1",  "0",  "0",           "r",  "20",     "2", "",
-                                      "1",       "1",   "0", "0",  "c",  "4",  "0",           "",   "1",      "0", "0",
-                                      "0",       "2",   "1", "1",  "2",  "1",  "-1",          "L2", "600000", "3", "1"};
+    // A limit's items but its amount once (the amount left empty); each shape once (its
+    // limits' count, and their places among them); then each decision's shape and each
+    // limit's amount, the shape negated when a lease and its length follow it (the
+    // concurrency limit's decision holds a slot).
+    // clang-format off
+    std::vector<std::string> expected{
+        "EVALSHA", "sha", "3", "k1", "k2", "k3", "decide_many", "", "0",
+        "3", "r", "10", "1", "", "1", "1", "0", "0",
+             "r", "20", "2", "", "1", "1", "0", "0",
+             "c", "4", "0", "", "1", "0", "0", "0",
+        "2", "2", "1", "2",
+             "1", "3",
+        "1", "1", "1",
+        "-2", "L2", "600000", "1"};
+    // clang-format on
     EXPECT_EQ(call, expected);
     EXPECT_EQ(decisions[0][2], "2");
     EXPECT_EQ(decisions[1][2], "1");
@@ -220,15 +228,17 @@ TEST(RedisScript, DecisionsTakenTogetherKeepEachOnesArguments) {
     EXPECT_EQ(std::vector<std::string>(shared.begin() + 11, shared.begin() + 15),
               (std::vector<std::string>{"", "2", "k1", "k2"}));
     EXPECT_EQ(shared[15], "3");  // three limits' items for the four decisions
-    EXPECT_EQ(shared[40], "2");  // the first decision's key count
-    // Another amount is the same limit; another capacity is not.
+    EXPECT_EQ(shared[40], "2");  // and two shapes
+    std::vector<std::string> each_ones(shared.begin() + 46, shared.end());
+    EXPECT_EQ(each_ones, (std::vector<std::string>{"1", "1", "1", "1", "1", "1", "1", "1", "1",  //
+                                                   "-2", "L2", "600000", "1"}));
+    // Another amount is the same limit and shape; another capacity is neither.
     auto mixed_call = decide_many_call("sha", mixed).args;
-    ASSERT_GE(mixed_call.size(), 15u);
+    ASSERT_GE(mixed_call.size(), 16u);
     EXPECT_EQ(mixed_call[14], "3");
-    std::vector<std::string> places(mixed_call.end() - 15, mixed_call.end());
-    EXPECT_EQ(places, (std::vector<std::string>{"2", "1", "1", "2", "1",  //
-                                                "2", "1", "7", "2", "1",  //
-                                                "2", "1", "1", "3", "1"}));
+    std::vector<std::string> shapes_and_amounts(mixed_call.end() - 16, mixed_call.end());
+    EXPECT_EQ(shapes_and_amounts, (std::vector<std::string>{"2", "2", "1", "2", "2", "1", "3",  //
+                                                            "1", "1", "1", "1", "7", "1", "2", "1", "1"}));
 
     // The reply is their limits' verdicts one after another (no time, no "all admit": the
     // gateway reads neither): 3 elements a limit (admitted 0 or 1) or 6 (admitted 2 or 3:
@@ -265,7 +275,8 @@ TEST(RedisScript, DecisionsTakenTogetherKeepEachOnesArguments) {
 }
 
 // Read back as the script reads it, a call gives each decision its own eight items a limit:
-// whatever repeats and whatever does not (more distinct limits than are looked through).
+// whatever repeats and whatever does not (more distinct limits and shapes than are looked
+// through).
 TEST(RedisScript, ACallOfManyDecisionsReadsBackAsEachOnesItems) {
     std::mt19937 random(11);
     for (int round = 0; round < 40; ++round) {
@@ -290,27 +301,34 @@ TEST(RedisScript, ACallOfManyDecisionsReadsBackAsEachOnesItems) {
         std::size_t repeated = std::stoul(a[3 + keys + 2]);
         std::size_t tuples = 3 + keys + 3 + repeated + 1;  // the first limit's first item
         std::size_t at = tuples + 8 * std::stoul(a[tuples - 1]);
+        // The shapes: each its limits' count, then their places.
+        std::vector<std::vector<std::size_t>> shapes(std::stoul(a[at++]));
+        for (auto& shape : shapes) {
+            shape.resize(std::stoul(a[at++]));
+            for (auto& place : shape) place = std::stoul(a[at++]);
+        }
         for (const auto& original : originals) {
             std::size_t n = std::stoul(original[2]);
             const auto& lease = original[3 + n + 2];
-            // The key count, negated when the lease and its length follow.
-            if (lease.empty()) {
-                ASSERT_EQ(a[at], original[2]);
-                at += 1;
-            } else {
-                ASSERT_EQ(a[at], "-" + original[2]);
+            // The shape, negated when the lease and its length follow.
+            bool leased = a[at].front() == '-';
+            ASSERT_EQ(leased, !lease.empty()) << round;
+            const auto& shape = shapes.at(std::stoul(a[at].substr(leased ? 1 : 0)) - 1);
+            ASSERT_EQ(shape.size(), n) << round;
+            if (leased) {
                 ASSERT_EQ(a[at + 1], lease);
                 ASSERT_EQ(a[at + 2], original[3 + n + 3]);
-                at += 3;
+                at += 2;
             }
+            at += 1;
             for (std::size_t i = 0; i < n; ++i) {
-                std::size_t base = tuples + (std::stoul(a[at + 2 * i]) - 1) * 8;
+                std::size_t base = tuples + (shape[i] - 1) * 8;
                 for (std::size_t j = 0; j < 8; ++j) {
-                    const auto& item = j == 3 ? a[at + 1 + 2 * i] : a[base + j];
+                    const auto& item = j == 3 ? a[at + i] : a[base + j];
                     ASSERT_EQ(item, original[3 + n + 4 + i * 8 + j]) << round << " " << i << " " << j;
                 }
             }
-            at += 2 * n;
+            at += n;
         }
         EXPECT_EQ(at, a.size());
     }
