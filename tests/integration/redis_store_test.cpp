@@ -82,6 +82,16 @@ struct Fixture {
         if (!out) throw std::runtime_error("no decision");
         return *out;
     }
+    /// Decisions over each of `charges` that reach the store in one turn of its loop (so they
+    /// go to Redis together), in that order.
+    std::vector<std::optional<Decision>> decide_in_one_turn(const std::vector<std::vector<Charge>>& charges) {
+        std::vector<std::optional<Decision>> out(charges.size());
+        for (std::size_t i = 0; i < charges.size(); ++i)
+            net::co_spawn(ioc, store.decide(charges[i]),
+                          [&out, i](std::exception_ptr, Decision d) { out[i] = std::move(d); });
+        run_until([&] { return std::all_of(out.begin(), out.end(), [](const auto& d) { return d.has_value(); }); });
+        return out;
+    }
     limiter::ShapeQueue::StartCheck turn(const Decision& decision, const Charge& c, std::uint64_t ticket) {
         std::optional<limiter::ShapeQueue::StartCheck> out;
         net::co_spawn(ioc, store.queue_turn(decision, c, ticket),
@@ -555,11 +565,9 @@ TEST(RedisStore, DecisionsOfOneTurnOfTheLoopGoInOneCallEachOnItsOwn) {
     // 100 requests reach their decision in one turn: 64 go in one call, 36 in the next (at most
     // 64 a call); each tenant's 30 are admitted in the order they came, as one call each would.
     constexpr int n = 100;
-    std::vector<std::optional<Decision>> out(n);
-    for (int i = 0; i < n; ++i)
-        net::co_spawn(f.ioc, f.store.decide(i % 2 ? bravo : acme),
-                      [&out, i](std::exception_ptr, Decision d) { out[i] = std::move(d); });
-    f.run_until([&] { return std::all_of(out.begin(), out.end(), [](const auto& d) { return d.has_value(); }); });
+    std::vector<std::vector<Charge>> charges;
+    for (int i = 0; i < n; ++i) charges.push_back(i % 2 ? bravo : acme);
+    auto out = f.decide_in_one_turn(charges);
     int admitted[2] = {0, 0};
     for (int i = 0; i < n; ++i) {
         ASSERT_TRUE(out[i]) << i;
@@ -600,11 +608,7 @@ TEST(RedisStore, DecisionsInOneCallEachChargeTheirOwnAmount) {
     std::vector<std::vector<Charge>> charges;
     for (int i = 0; i < n; ++i)
         charges.push_back({charge(tokens, Level::tenant, "acme", i + 1), charge(slots, Level::tenant, "acme", 1)});
-    std::vector<std::optional<Decision>> out(n);
-    for (int i = 0; i < n; ++i)
-        net::co_spawn(f.ioc, f.store.decide(charges[static_cast<std::size_t>(i)]),
-                      [&out, i](std::exception_ptr, Decision d) { out[i] = std::move(d); });
-    f.run_until([&] { return std::all_of(out.begin(), out.end(), [](const auto& d) { return d.has_value(); }); });
+    auto out = f.decide_in_one_turn(charges);
     double used = 0;
     for (int i = 0; i < n; ++i) {
         ASSERT_TRUE(out[i]) << i;
@@ -633,11 +637,7 @@ TEST(RedisStore, DecisionsWithAndWithoutALeaseShareACall) {
         charges.push_back(i % 2 ? std::vector<Charge>{charge(tokens, Level::tenant, "bravo", 2)}
                                 : std::vector<Charge>{charge(slots, Level::tenant, "acme", 1),
                                                       charge(tokens, Level::tenant, "acme", 1)});
-    std::vector<std::optional<Decision>> out(n);
-    for (int i = 0; i < n; ++i)
-        net::co_spawn(f.ioc, f.store.decide(charges[static_cast<std::size_t>(i)]),
-                      [&out, i](std::exception_ptr, Decision d) { out[i] = std::move(d); });
-    f.run_until([&] { return std::all_of(out.begin(), out.end(), [](const auto& d) { return d.has_value(); }); });
+    auto out = f.decide_in_one_turn(charges);
     for (int i = 0; i < n; ++i) {
         ASSERT_TRUE(out[i]) << i;
         ASSERT_TRUE(out[i]->allowed) << i;

@@ -65,10 +65,11 @@ ScriptCall decide_call(std::string_view sha, const KeySpace& keys, std::span<con
 /// One EVALSHA deciding `decisions` (each a committing decide_call's arguments) in order, each
 /// on its own as if it were its own call: its reply is their replies' elements one after
 /// another (split_decisions parts them). Mode standalone and sentinel only (their keys are many
-/// tenants', so many slots). A limit's items but its amount go once a call, and each decision
-/// names them by their place with its amount; one that holds something under its lease sends
-/// its key count negated, then the lease and its length. Their keys and items move into the
-/// call; each one's key count stays, for split_decisions.
+/// tenants', so many slots). A limit's items but its amount go once a call, and so does each
+/// shape (a decision's limits, by their places among those); each decision sends its shape's
+/// index and its limits' amounts, the index negated when the lease and its length follow (it
+/// holds something under them). Their keys and items move into the call; each one's key count
+/// stays, for split_decisions.
 ScriptCall decide_many_call(std::string_view sha, std::span<std::vector<std::string>> decisions);
 /// The reply to a decide_many_call as each decision's limits' verdicts (3 elements a limit, or 6
 /// when its first is 2 or 3; views into `reply`), in order; nullopt if it is not exactly their
