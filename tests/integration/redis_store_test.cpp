@@ -623,7 +623,7 @@ TEST(RedisStore, DecisionsInOneCallEachChargeTheirOwnAmount) {
 }
 
 // In one call, a decision that holds a slot under its lease sends the lease; one that holds
-// nothing sends none (its key count alone): each is read back with its own.
+// nothing sends none (its shape and amounts alone): each is read back with its own.
 TEST(RedisStore, DecisionsWithAndWithoutALeaseShareACall) {
     REQUIRE_REDIS();
     RedisServer redis;
