@@ -861,6 +861,63 @@ bool same_limit(const std::vector<std::string>& x, std::size_t at_x, const std::
         if (j != k_amount && x[at_x + j] != y[at_y + j]) return false;
     return true;
 }
+
+/// What a decide_many call sends once: its distinct limits (where each one's items are), and
+/// its shapes (each a decision's limits, by their places among those, 1-based), with each
+/// decision's shape.
+struct Layout {
+    struct Limit {
+        std::size_t decision, at;
+    };
+    struct Shape {
+        std::size_t first, size;  // its places in `places`
+    };
+    std::size_t limits_in_all = 0;
+    std::vector<Limit> limits;
+    std::vector<std::uint32_t> places;  // each shape's limits' places, in order
+    std::vector<Shape> shapes;
+    std::vector<std::uint32_t> shape_of;  // each decision's shape (1-based)
+};
+
+Layout lay_out(std::span<const std::vector<std::string>> decisions) {
+    Layout out;
+    for (const auto& d : decisions) out.limits_in_all += key_count(d);
+    out.limits.reserve(out.limits_in_all);
+    out.places.reserve(out.limits_in_all);
+    out.shape_of.reserve(decisions.size());
+    auto& places = out.places;
+    for (std::size_t di = 0; di < decisions.size(); ++di) {
+        const auto& d = decisions[di];
+        auto n = key_count(d);
+        Layout::Shape mine{places.size(), n};
+        for (std::size_t i = 0, at = 3 + n + 4; i < n; ++i, at += 8) {
+            std::size_t p = 0;
+            auto looked = std::min(out.limits.size(), k_limits_looked_through);
+            while (p < looked && !same_limit(decisions[out.limits[p].decision], out.limits[p].at, d, at)) ++p;
+            if (p == looked) {
+                p = out.limits.size();
+                out.limits.push_back({di, at});
+            }
+            places.push_back(static_cast<std::uint32_t>(p + 1));
+        }
+        // A shape seen before drops the places just added; as with limits, only the first
+        // few are looked through.
+        auto mine_places = std::span(places).subspan(mine.first, n);
+        std::size_t s = 0;
+        auto looked = std::min(out.shapes.size(), k_limits_looked_through);
+        while (s < looked &&
+               !std::ranges::equal(std::span(places).subspan(out.shapes[s].first, out.shapes[s].size), mine_places))
+            ++s;
+        if (s == looked) {
+            s = out.shapes.size();
+            out.shapes.push_back(mine);
+        } else {
+            places.resize(mine.first);
+        }
+        out.shape_of.push_back(static_cast<std::uint32_t>(s + 1));
+    }
+    return out;
+}
 }  // namespace
 
 ScriptCall decide_many_call(std::string_view sha, std::span<std::vector<std::string>> decisions) {
@@ -869,51 +926,7 @@ ScriptCall decide_many_call(std::string_view sha, std::span<std::vector<std::str
     // decision's limits, by their places (1-based). A tier's limits are the same for all its
     // tenants, so its decisions share one shape, and Redis reads one argument a limit a
     // decision (its amount) and one a decision (its shape) instead of 8 a limit.
-    struct Limit {
-        std::size_t decision, at;
-    };
-    struct Shape {
-        std::size_t first, size;  // its places in `places`
-    };
-    std::size_t limits_in_all = 0;
-    for (const auto& d : decisions) limits_in_all += key_count(d);
-    std::vector<Limit> limits;
-    limits.reserve(limits_in_all);
-    std::vector<std::uint32_t> places;  // each shape's limits' places, in order
-    places.reserve(limits_in_all);
-    std::vector<Shape> shapes;
-    std::vector<std::uint32_t> shape_of;  // each decision's shape (1-based)
-    shape_of.reserve(decisions.size());
-    for (std::size_t di = 0; di < decisions.size(); ++di) {
-        const auto& d = decisions[di];
-        auto n = key_count(d);
-        Shape mine{places.size(), n};
-        for (std::size_t i = 0, at = 3 + n + 4; i < n; ++i, at += 8) {
-            std::size_t p = 0;
-            auto looked = std::min(limits.size(), k_limits_looked_through);
-            while (p < looked && !same_limit(decisions[limits[p].decision], limits[p].at, d, at)) ++p;
-            if (p == looked) {
-                p = limits.size();
-                limits.push_back({di, at});
-            }
-            places.push_back(static_cast<std::uint32_t>(p + 1));
-        }
-        // A shape seen before drops the places just added; as with limits, only the first
-        // few are looked through.
-        auto mine_places = std::span(places).subspan(mine.first, n);
-        std::size_t s = 0;
-        auto looked = std::min(shapes.size(), k_limits_looked_through);
-        while (s < looked &&
-               !std::ranges::equal(std::span(places).subspan(shapes[s].first, shapes[s].size), mine_places))
-            ++s;
-        if (s == looked) {
-            s = shapes.size();
-            shapes.push_back(mine);
-        } else {
-            places.resize(mine.first);
-        }
-        shape_of.push_back(static_cast<std::uint32_t>(s + 1));
-    }
+    auto [limits_in_all, limits, places, shapes, shape_of] = lay_out(decisions);
 
     ScriptCall call;
     auto& a = call.args;
