@@ -22,6 +22,15 @@ namespace {
 // kept as start times handed out at admission ('s': FIFO), or, when its tenants are of several
 // priority classes, as a queue of places that each waiter asks about until it is first ('p').
 constexpr std::string_view k_script = R"lua(
+-- Each table and closure a call makes costs Redis 2-3.5k instructions (its allocation, its upvalues
+-- found, then the collector's work): they were most of the ~190k instructions a call cost besides
+-- its decisions. So each op makes only what it uses; what only queues, concurrency limits and rare
+-- verdicts use is made on first use (helpers()); the decisions are written out in the call's body;
+-- and constants are literals, not locals (a local that a function uses is an upvalue, made each
+-- call): 1e-3 the slack of a comparison; 1e18 the deepest debt and the largest quota counter (SPEC
+-- §17: the state file's range, core::k_max_counter); 2^53 the first integer a double cannot step by
+-- 1; 1e7 us the step of a rate bucket's expiry (below); 2^62 ns the longest duration in a verdict
+-- (core::k_forever).
 -- The library's functions as locals: a global is a table lookup at every use.
 local tonumber, floor, max, min, ceil = tonumber, math.floor, math.max, math.min, math.ceil
 local format, find, sub, byte, match = string.format, string.find, string.sub, string.byte, string.match
@@ -36,7 +45,6 @@ else
   local t = redis_call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local EPS = 1e-3
 -- Each verdict starts with the time, whole.
 local now_whole = floor(now + 0.5)
 -- Numbers as the gateway spelled them, parsed once a call: the decisions of one call mostly
@@ -50,8 +58,6 @@ local function parse(s)
   end
   return x
 end
--- SPEC §17: the deepest debt and the largest quota counter (the state file's range, core::k_max_counter).
-local MAX_COUNTER = 1e18
 -- Numbers as text that reads back exactly. A whole number (most times and levels: TIME is whole
 -- microseconds) as %d, which costs Redis a third of %.17g; in a reply, as the number itself,
 -- which Redis sends as an integer without formatting it at all.
@@ -62,19 +68,13 @@ local MAX_COUNTER = 1e18
 -- digits, which read back as the same double, instead of through %.17g: every fractional time
 -- past 2^50 us (2005 on) is one, as a double's step is 0.25 there (a token bucket's tat, after a
 -- cost charged at a rate that does not divide 1e6).
-local SAFE = 2^53
-local QUARTERS = {'.25', '.5', '.75'}
 local function num(x)
   local fraction = x % 1
-  if fraction == 0 and x > -SAFE and x < SAFE then return format('%d', x) end
-  if x > 0 and x < SAFE then
-    local quarter = QUARTERS[fraction * 4]
+  if fraction == 0 and x > -2^53 and x < 2^53 then return format('%d', x) end
+  if x > 0 and x < 2^53 then
+    local quarter = fraction == 0.5 and '.5' or fraction == 0.25 and '.25' or fraction == 0.75 and '.75'
     if quarter then return format('%d', x - fraction) .. quarter end
   end
-  return format('%.17g', x)
-end
-local function reply_num(x)
-  if x % 1 == 0 and x > -SAFE and x < SAFE then return x end
   return format('%.17g', x)
 end
 -- A TTL in whole milliseconds, at most ~31 years: a key that outlives that is a bucket nobody
@@ -82,16 +82,15 @@ end
 -- its digits, without Lua formatting it first.
 local function ms(x) return max(1, min(ceil(x), 1e12)) end
 
--- A rate bucket's state is "tat capacity rate" (the latter two as the gateway spelled them,
--- so an unchanged limit is recognised without parsing); it expires once full again, at the end
--- of the STEP in which its tat + 1 s falls. A write whose tat ends in the same step keeps the
--- expiry already set (SET KEEPTTL costs Redis less than half of SET PX, which Redis 7 rewrites
--- for propagation). A state written so starts with '+', which older gateways read as the same
--- number; one without it (an older gateway's: its expiry not aligned) is given one with PX.
-local STEP = 10000000
+-- A rate bucket's state is "tat capacity rate" (the latter two as the gateway spelled them, so an
+-- unchanged limit is recognised without parsing); it expires once full again, at the end of the
+-- 10-second step (1e7 us) in which its tat + 1 s falls. A write whose tat ends in the same step
+-- keeps the expiry already set (SET KEEPTTL costs Redis less than half of SET PX, which Redis 7
+-- rewrites for propagation). A state written so starts with '+', which older gateways read as the
+-- same number; one without it (an older gateway's: its expiry not aligned) is given one with PX.
 -- (Written out where a decision reads and writes a state: a Lua call costs Redis more than it.)
 local function expiry_step(tat)
-  local step = (tat + 1000000) / STEP
+  local step = (tat + 1000000) / 1e7
   return step - step % 1
 end
 -- In a decide_many call, a bucket that more than one of its decisions touch (a tenant whose
@@ -100,16 +99,14 @@ end
 -- one's state as the call has left it so far (false: none), `held_kept` the step of the expiry
 -- its key has in Redis, `held_step` the step its state's expiry falls in, and `held_order` the
 -- keys written, in order. Every other key is read and written at once.
-local held_keys, held, held_kept, held_step, held_order = nil, {}, {}, {}, {}
+-- (Made by the decide_many call that has such keys.)
+local held_keys, held, held_kept, held_step, held_order
 -- A decision call's keys are read all at once, before anything is written: one MGET costs Redis
 -- less than a GET a key (~0.5 us less a key, half a GET). `fetched[i]` is KEYS[i]'s value, false
 -- if none or not a string (a quota's or a queue's key, which reads its own way); valid for a
 -- key's first read in the call, as every key is read before it is written (held or touched once).
 -- (unpack puts each key on Lua's stack, which holds ~8000: past 1000 keys, each is read alone.)
 local fetched = nil
-local function fetch_keys()
-  if #KEYS <= 1000 then fetched = redis_call('MGET', unpack(KEYS)) end
-end
 -- `pre`: the key's value as fetched (false: none), or nil if not fetched.
 local function read_held(key, pre)
   local v = held[key]
@@ -132,10 +129,11 @@ local function write_rate(key, value, step, kept)
   elseif step == kept then
     redis_call('SET', key, value, 'KEEPTTL')
   else
-    redis_call('SET', key, value, 'PX', ms(((step + 1) * STEP - now) / 1000))
+    redis_call('SET', key, value, 'PX', ms(((step + 1) * 1e7 - now) / 1000))
   end
 end
 local function write_held()
+  if not held_keys then return end
   held_keys = nil  -- from here on, each goes to Redis
   for _, key in ipairs(held_order) do write_rate(key, held[key], held_step[key], held_kept[key]) end
 end
@@ -161,7 +159,7 @@ local function load_rate(key, cap, rate, spelled, initial)
   local tat = tonumber(sub(v, 1, sp - 1))
   local kept = nil
   if byte(v, 1) == 43 then  -- '+'
-    kept = (tat + 1000000) / STEP
+    kept = (tat + 1000000) / 1e7
     kept = kept - kept % 1
   end
   if sub(v, sp + 1) ~= spelled then tat = resized(v, tat, cap, rate) end
@@ -175,19 +173,9 @@ local function save_rate(key, tat, spelled, kept)
     if kept ~= expiry_step(now) then return write_rate(key, false) end
     tat = now
   end
-  local step = (tat + 1000000) / STEP
+  local step = (tat + 1000000) / 1e7
   write_rate(key, '+' .. num(tat) .. ' ' .. spelled, step - step % 1, kept)
 end
--- Concurrency: a sorted set of leases ("<request>|<amount>") scored by expiry.
-local function in_use(key)
-  redis_call('ZREMRANGEBYSCORE', key, '-inf', now)
-  local used = 0
-  for _, m in ipairs(redis_call('ZRANGE', key, 0, -1)) do
-    used = used + tonumber(match(m, '|([^|]+)$'))
-  end
-  return used
-end
-
 if op == 'heartbeat' then
   local ttl = tonumber(ARGV[4])
   redis_call('ZADD', KEYS[1], now + ttl * 1000, ARGV[3])
@@ -196,61 +184,60 @@ if op == 'heartbeat' then
   return redis_call('ZCARD', KEYS[1])
 end
 
--- Settles one request: keys[k + 1 .. k + n]; ARGV[a] its lease, ARGV[a + 1] its marker, then
--- four per key (kind, capacity, rate, amount). A marker is a batch's (one per hash tag, so one
--- per batch outside a cluster): its settlements apply once, all of them or, if the marker was
--- there already (a retried batch that did land), none. It comes before their keys: in a
--- cluster, a key whose slot has moved fails there, before anything under that marker is written.
-local marked = {}
-local function settle(keys, k, a, n)
-  local marker = ARGV[a + 1]
-  if marker ~= '' then
-    local first = marked[marker]
-    if first == nil then
-      -- Unsealed (no batch named): every settlement would share it, and all but the first be lost.
-      if sub(marker, -8) == 'settled:' then error('unsealed settlement marker ' .. marker) end
-      first = redis_call('SET', marker, 1, 'NX', 'PX', 120000) and true or false
-      marked[marker] = first
-    end
-    if not first then return end
-  end
-  for i = 1, n do
-    local key = keys[k + i]
-    local b = a + 2 + (i - 1) * 4
-    local kind, cap_s, rate_s = ARGV[b], ARGV[b + 1], ARGV[b + 2]
-    if kind == 'c' then
-      redis_call('ZREM', key, ARGV[a] .. '|' .. ARGV[b + 3])
-    elseif kind == 'q' then
-      -- A quota's key names its window: a window that has ended (and expired) takes nothing.
-      if redis_call('EXISTS', key) == 1 then
-        local used = tonumber(redis_call('HINCRBYFLOAT', key, 'u', ARGV[b + 3]))
-        if used < 0 then redis_call('HSET', key, 'u', '0')
-        elseif used > MAX_COUNTER then redis_call('HSET', key, 'u', num(MAX_COUNTER)) end
+if op == 'settle' or op == 'settle_batch' then
+  -- Settles one request: keys[k + 1 .. k + n]; ARGV[a] its lease, ARGV[a + 1] its marker, then
+  -- four per key (kind, capacity, rate, amount). A marker is a batch's (one per hash tag, so one
+  -- per batch outside a cluster): its settlements apply once, all of them or, if the marker was
+  -- there already (a retried batch that did land), none. It comes before their keys: in a
+  -- cluster, a key whose slot has moved fails there, before anything under that marker is written.
+  local marked = {}
+  local function settle(keys, k, a, n)
+    local marker = ARGV[a + 1]
+    if marker ~= '' then
+      local first = marked[marker]
+      if first == nil then
+        -- Unsealed (no batch named): every settlement would share it, and all but the first be lost.
+        if sub(marker, -8) == 'settled:' then error('unsealed settlement marker ' .. marker) end
+        first = redis_call('SET', marker, 1, 'NX', 'PX', 120000) and true or false
+        marked[marker] = first
       end
-    else
-      local cap, rate, delta, spelled = parse(cap_s), parse(rate_s), parse(ARGV[b + 3]), cap_s .. ' ' .. rate_s
-      local loaded, kept = load_rate(key, cap, rate, spelled, '1')
-      local tat = max(loaded, now)
-      if delta >= 0 then
-        -- Debt is paid back, not forgiven: no floor at -C (SPEC §17).
-        tat = min(tat + delta * 1e6 / rate, now + (cap + MAX_COUNTER) * 1e6 / rate)
+      if not first then return end
+    end
+    for i = 1, n do
+      local key = keys[k + i]
+      local b = a + 2 + (i - 1) * 4
+      local kind, cap_s, rate_s = ARGV[b], ARGV[b + 1], ARGV[b + 2]
+      if kind == 'c' then
+        redis_call('ZREM', key, ARGV[a] .. '|' .. ARGV[b + 3])
+      elseif kind == 'q' then
+        -- A quota's key names its window: a window that has ended (and expired) takes nothing.
+        if redis_call('EXISTS', key) == 1 then
+          local used = tonumber(redis_call('HINCRBYFLOAT', key, 'u', ARGV[b + 3]))
+          if used < 0 then redis_call('HSET', key, 'u', '0')
+          elseif used > 1e18 then redis_call('HSET', key, 'u', num(1e18)) end
+        end
       else
-        tat = max(tat - (-delta) * 1e6 / rate, now)
+        local cap, rate, delta, spelled = parse(cap_s), parse(rate_s), parse(ARGV[b + 3]), cap_s .. ' ' .. rate_s
+        local loaded, kept = load_rate(key, cap, rate, spelled, '1')
+        local tat = max(loaded, now)
+        if delta >= 0 then
+          -- Debt is paid back, not forgiven: no floor at -C (SPEC §17).
+          tat = min(tat + delta * 1e6 / rate, now + (cap + 1e18) * 1e6 / rate)
+        else
+          tat = max(tat - (-delta) * 1e6 / rate, now)
+        end
+        save_rate(key, tat, spelled, kept)
       end
-      save_rate(key, tat, spelled, kept)
     end
   end
-end
 
-if op == 'settle' then
-  settle(KEYS, 0, 3, #KEYS)
-  return 1
-end
-
--- Many settlements, in order: from ARGV[3], each is its key count, then settle()'s arguments.
--- With no keys declared (a cluster shard's batch, of many slots), ARGV[3] counts the keys that
--- follow it, and the settlements come after them.
-if op == 'settle_batch' then
+  if op == 'settle' then
+    settle(KEYS, 0, 3, #KEYS)
+    return 1
+  end
+  -- Many settlements, in order: from ARGV[3], each is its key count, then settle()'s arguments.
+  -- With no keys declared (a cluster shard's batch, of many slots), ARGV[3] counts the keys that
+  -- follow it, and the settlements come after them.
   local keys, k, a = KEYS, 0, 3
   if #KEYS == 0 then
     local count = tonumber(ARGV[3])
@@ -278,7 +265,7 @@ if op == 'lease' then
   local tat = max(loaded, now)
   local level = cap - (tat - now) * rate / 1e6
   local grant = min(want, level)
-  if not (grant + EPS >= least) or grant <= 0 then return {'0', num(level)} end
+  if not (grant + 1e-3 >= least) or grant <= 0 then return {'0', num(level)} end
   save_rate(KEYS[1], tat + grant * 1e6 / rate, spelled, kept)
   return {num(grant), num(level - grant)}
 end
@@ -286,79 +273,100 @@ end
 -- Admin: a quota's top-up (ARGV[3], may be 0) and reset (ARGV[4] == '1'); ARGV[5]: its TTL in ms.
 if op == 'quota' then
   if ARGV[4] == '1' then redis_call('DEL', KEYS[1]) end
-  if tonumber(ARGV[3]) ~= 0 and tonumber(redis_call('HINCRBYFLOAT', KEYS[1], 'a', ARGV[3])) > MAX_COUNTER then
-    redis_call('HSET', KEYS[1], 'a', num(MAX_COUNTER))
+  if tonumber(ARGV[3]) ~= 0 and tonumber(redis_call('HINCRBYFLOAT', KEYS[1], 'a', ARGV[3])) > 1e18 then
+    redis_call('HSET', KEYS[1], 'a', num(1e18))
   end
   if redis_call('EXISTS', KEYS[1]) == 1 then redis_call('PEXPIRE', KEYS[1], ms(tonumber(ARGV[5]))) end
   local v = redis_call('HMGET', KEYS[1], 'u', 'a')
   return {num(tonumber(v[1] or '0')), num(tonumber(v[2] or '0'))}
 end
 
-local FOREVER = 4611686018427387904
-local function dur(x)
-  x = x * 1000 + 0.5
-  if x ~= x or x > FOREVER then return FOREVER elseif x < -FOREVER then return -FOREVER end
-  return x - x % 1
-end
-
+-- What only queues, concurrency limits and verdicts out of the common range use, made by the
+-- first of them in a call: H.dur, H.reply_num, H.in_use and the ranked queues' H.place_ticket,
+-- H.drop_place, H.purge_places, H.units_before and H.keep_places.
 -- A ranked queue ('p'): <key> holds the next free start; <key>:t the waiting places
--- ("<ticket>|<units>") scored by class * RANK + arrival; <key>:h the same places scored by when
--- their holder must next ask (a replica that died stops asking and its places go); <key>:c each
+-- ("<ticket>|<units>") scored by class * 2^40 + arrival; <key>:h the same places scored by when
+-- their holder must next ask (5e6 us: a waiter asks at least every 0.5 s,
+-- RedisStore::k_turn_poll; a replica that died stops asking and its places go); <key>:c each
 -- ticket's latest start (its admission + max_wait); <key>:d the tickets displaced and not yet told.
-local RANK = 2^40
-local HOLD = 5000000  -- us: a waiter asks at least every 0.5 s (RedisStore::k_turn_poll)
-local function place_ticket(member) return match(member, '^(.*)|') end
-local function drop_place(key, member)
-  redis_call('ZREM', key .. ':t', member)
-  redis_call('ZREM', key .. ':h', member)
-  redis_call('HDEL', key .. ':c', place_ticket(member))
-end
-local function purge_places(key)
-  for _, m in ipairs(redis_call('ZRANGEBYSCORE', key .. ':h', '-inf', now)) do drop_place(key, m) end
-end
--- The units of the places ranked before `rank`, and how many they are.
-local function units_before(key, rank)
-  local sum, ids = 0, redis_call('ZRANGEBYSCORE', key .. ':t', '-inf', '(' .. format('%.17g', rank))
-  for _, m in ipairs(ids) do sum = sum + tonumber(match(m, '|([^|]+)$')) end
-  return sum, #ids
-end
-local function keep_places(key, ttl)
-  for _, suffix in ipairs({':t', ':h', ':c', ':d', ':n'}) do
-    if redis_call('EXISTS', key .. suffix) == 1 then redis_call('PEXPIRE', key .. suffix, ttl) end
+local H = nil
+local function helpers()
+  if H then return H end
+  H = {}
+  -- A duration in ns from us, whole, saturated at 2^62.
+  function H.dur(x)
+    x = x * 1000 + 0.5
+    if x ~= x or x > 2^62 then return 2^62 elseif x < -2^62 then return -2^62 end
+    return x - x % 1
   end
+  function H.reply_num(x)
+    if x % 1 == 0 and x > -2^53 and x < 2^53 then return x end
+    return format('%.17g', x)
+  end
+  -- Concurrency: a sorted set of leases ("<request>|<amount>") scored by expiry.
+  function H.in_use(key)
+    redis_call('ZREMRANGEBYSCORE', key, '-inf', now)
+    local used = 0
+    for _, m in ipairs(redis_call('ZRANGE', key, 0, -1)) do
+      used = used + tonumber(match(m, '|([^|]+)$'))
+    end
+    return used
+  end
+  function H.place_ticket(member) return match(member, '^(.*)|') end
+  function H.drop_place(key, member)
+    redis_call('ZREM', key .. ':t', member)
+    redis_call('ZREM', key .. ':h', member)
+    redis_call('HDEL', key .. ':c', H.place_ticket(member))
+  end
+  function H.purge_places(key)
+    for _, m in ipairs(redis_call('ZRANGEBYSCORE', key .. ':h', '-inf', now)) do H.drop_place(key, m) end
+  end
+  -- The units of the places ranked before `rank`, and how many they are.
+  function H.units_before(key, rank)
+    local sum, ids = 0, redis_call('ZRANGEBYSCORE', key .. ':t', '-inf', '(' .. format('%.17g', rank))
+    for _, m in ipairs(ids) do sum = sum + tonumber(match(m, '|([^|]+)$')) end
+    return sum, #ids
+  end
+  function H.keep_places(key, ttl)
+    for _, suffix in ipairs({':t', ':h', ':c', ':d', ':n'}) do
+      if redis_call('EXISTS', key .. suffix) == 1 then redis_call('PEXPIRE', key .. suffix, ttl) end
+    end
+  end
+  return H
 end
 
 -- A waiter asks whether its place has come: ARGV[3] its place, ARGV[4] the rate, ARGV[5] the
 -- drift allowed past its latest start (us); or leaves.
 -- Reply {outcome, wait_ns}: 0 wait, 1 started, 2 displaced, 3 unknown.
 if op == 'turn' or op == 'leave' then
+  local h = helpers()
   local key, member = KEYS[1], ARGV[3]
-  local ticket = place_ticket(member)
+  local ticket = h.place_ticket(member)
   local was_displaced = redis_call('SREM', key .. ':d', ticket) == 1
   if op == 'leave' then
-    drop_place(key, member)
+    h.drop_place(key, member)
     return {3, 0}
   end
   if was_displaced then return {2, 0} end
-  purge_places(key)
+  h.purge_places(key)
   local rank = redis_call('ZSCORE', key .. ':t', member)
   if not rank then return {3, 0} end
   local rate = tonumber(ARGV[4])
   local next_free = tonumber(redis_call('GET', key) or '0')
-  local ahead, n = units_before(key, tonumber(rank))
+  local ahead, n = h.units_before(key, tonumber(rank))
   local start = max(now, next_free) + ahead * 1e6 / rate
   if start > tonumber(redis_call('HGET', key .. ':c', ticket) or '0') + tonumber(ARGV[5]) then
-    drop_place(key, member)
+    h.drop_place(key, member)
     return {2, 0}
   end
   if n == 0 and next_free <= now then
-    drop_place(key, member)
+    h.drop_place(key, member)
     local after = now + tonumber(match(member, '|([^|]+)$')) * 1e6 / rate
     redis_call('SET', key, num(after), 'PX', ms((after - now) / 1000 + 1000))
     return {1, 0}
   end
-  redis_call('ZADD', key .. ':h', now + HOLD, member)
-  return {0, dur(start - now)}
+  redis_call('ZADD', key .. ':h', now + 5e6, member)
+  return {0, h.dur(start - now)}
 end
 
 -- What a decision keeps of each limit between checking it and charging it, by the limit's
@@ -367,21 +375,69 @@ end
 -- each limit's "capacity rate" as the gateway spelled it, `amounts` its amount.
 local kinds, oks, tats, kepts, more, spells, amounts = {}, {}, {}, {}, {}, {}, {}
 
--- A decide_many limit, read from its eight arguments (from ARGV[b]) once a call: kind,
--- capacity, rate, "capacity rate" as spelled, enforced, where its arguments start. (Read and
--- parsed for every decision instead, a call cost Redis ~8% more.)
-local function limit_at(b)
-  local cap_s, rate_s = ARGV[b + 1], ARGV[b + 2]
-  return {ARGV[b], tonumber(cap_s), tonumber(rate_s), cap_s .. ' ' .. rate_s, ARGV[b + 4] == '1', b}
+-- The decisions: one (decide, peek), or those that a worker had at once (decide_many: the
+-- script's start, TIME and the call's framing paid once, SPEC §18). In decide_many, after the
+-- keys they share, the limits' arguments and the shapes (below), each decision is its shape's
+-- index, then each limit's amount; a decision that holds something under a lease sends its
+-- shape's index negated, then its lease and the lease's ms (two strings fewer for Redis to make
+-- for every other). Each is decided on its own, in order, exactly as if it were its own call;
+-- the reply is their limits' verdicts one after another (one array: Redis converts a nested one
+-- element by element too).
+local commit = op == 'decide' or op == 'decide_many'
+local out, o, k, a, last, shapes
+if op == 'decide_many' then
+  -- ARGV[3]: how many keys more than one decision touches (the gateway found them: a scan here
+  -- would cost Redis ~0.5 us a decision); they follow it.
+  local repeated = tonumber(ARGV[3])
+  if repeated > 0 then
+    held_keys, held, held_kept, held_step, held_order = {}, {}, {}, {}, {}
+    for i = 4, 3 + repeated do held_keys[ARGV[i]] = true end
+  end
+  -- Then how many distinct limits' arguments the call has, and those, eight each (the amount
+  -- left empty): most of a tier's decisions share them, which the gateway then sends once. Each
+  -- is read once a call (read and parsed for every decision instead, a call cost Redis ~8% more):
+  -- kind, capacity, rate, "capacity rate" as spelled, enforced, where its arguments start.
+  local limits, at = {}, 5 + repeated
+  for p = 1, tonumber(ARGV[4 + repeated]) do
+    local cap_s, rate_s = ARGV[at + 1], ARGV[at + 2]
+    limits[p] = {ARGV[at], tonumber(cap_s), tonumber(rate_s), cap_s .. ' ' .. rate_s, ARGV[at + 4] == '1', at}
+    at = at + 8
+  end
+  -- Then how many shapes, and each: its limits' count and their places among those (1-based).
+  -- A decision's shape is the list of its limits, which one tier's decisions share.
+  shapes = {}
+  for s = 1, tonumber(ARGV[at]) do
+    local n, shape = tonumber(ARGV[at + 1]), {}
+    for i = 1, n do shape[i] = limits[tonumber(ARGV[at + 1 + i])] end
+    shapes[s] = shape
+    at = at + 1 + n
+  end
+  out, o, k, a, last = {}, 0, 0, at + 1, #ARGV
+else
+  -- Sized by its constructor for two limits (filling an empty table one entry at a time rehashes
+  -- it each time the size doubles); Redis's reply ends at the first nil.
+  out, o, k, a, last = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 0, 0, 3, 3
 end
+if #KEYS > 1 and #KEYS <= 1000 then fetched = redis_call('MGET', unpack(KEYS)) end
 
--- One decision (decide, peek): every limit is checked first; only if every enforced one admits
--- is any charged (`commit`). Its keys are keys[k + 1 .. k + n]; `lease` and `lease_ms` what it
--- holds under; its items from ARGV[a + 2], eight per key; or, given its `shape` (decide_many),
--- its limits as limit_at read them, and from ARGV[a + 1] each one's amount. Its verdict goes
--- into out from o + 1: the time and whether all admit (not in decide_many, whose gateway reads
--- neither), then each limit's; it returns where the verdict ends.
-local function decide(commit, keys, k, n, a, out, o, shape, lease, lease_ms)
+-- One decision: every limit is checked first; only if every enforced one admits is any charged
+-- (`commit`). Its keys are KEYS[k + 1 .. k + n]; `lease` and `lease_ms` what it holds under;
+-- its items from ARGV[a + 2], eight per key; or, given its `shape` (decide_many), its limits as
+-- read above, and from ARGV[a + 1] each one's amount. Its verdict goes into out from o + 1: the
+-- time and whether all admit (not in decide_many, whose gateway reads neither), then each
+-- limit's. (Written out in the call's body, not as a function: a function's upvalues are made
+-- each call, and each use of one is an instruction more.)
+while a <= last do
+  local shape, n, lease, lease_ms
+  if shapes then
+    local index = parse(ARGV[a])
+    lease, lease_ms = '', ''
+    if index < 0 then index, lease, lease_ms, a = -index, ARGV[a + 1], ARGV[a + 2], a + 2 end
+    shape = shapes[index]
+    n = #shape
+  else
+    n, lease, lease_ms = #KEYS, ARGV[3], ARGV[4]
+  end
   local allowed = true
   local w = o
   if not shape then
@@ -390,7 +446,7 @@ local function decide(commit, keys, k, n, a, out, o, shape, lease, lease_ms)
     w = o + 2
   end
   for i = 1, n do
-    local key = keys[k + i]
+    local key = KEYS[k + i]
     local kind, cap, rate, spelled, enforce, b, amount_s
     if shape then
       local limit = shape[i]
@@ -440,7 +496,7 @@ local function decide(commit, keys, k, n, a, out, o, shape, lease, lease_ms)
           local sp = find(v, ' ', 1, true)
           tat = tonumber(sub(v, 1, sp - 1))
           if byte(v, 1) == 43 then  -- '+'
-            kept = (tat + 1000000) / STEP
+            kept = (tat + 1000000) / 1e7
             kept = kept - kept % 1
           end
           if sub(v, sp + 1) ~= spelled then tat = resized(v, tat, cap, rate) end
@@ -455,7 +511,7 @@ local function decide(commit, keys, k, n, a, out, o, shape, lease, lease_ms)
       local after = (base - now) + amount * 1e6 / rate
       local new_tat = base + amount * 1e6 / rate
       -- More than the bucket can ever hold is refused before any time arithmetic, as in memory.
-      admitted = amount <= cap and after <= tau + EPS
+      admitted = amount <= cap and after <= tau + 1e-3
       if admitted then
         until_full = after
         remaining = cap - until_full * rate / 1e6
@@ -466,36 +522,37 @@ local function decide(commit, keys, k, n, a, out, o, shape, lease, lease_ms)
       end
       tats[i] = new_tat
     elseif kind == 'c' then
-      local used = in_use(key)
-      admitted = used + amount <= cap + EPS
+      local used = helpers().in_use(key)
+      admitted = used + amount <= cap + 1e-3
       if admitted then remaining = cap - used - amount else remaining = cap - used end
       if amount > cap then retry = -1 elseif not admitted then retry = 1e6 end
     elseif kind == 'p' then
-      purge_places(key)
+      local h = helpers()
+      h.purge_places(key)
       local next_free = tonumber(redis_call('GET', key) or '0')
       local waiting = redis_call('ZCARD', key .. ':t')
       local max_wait, units, class = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7])
       local start = max(now, next_free)
       s = {next_free = start + units * 1e6 / rate, class = class, units_s = ARGV[b + 6], max_wait = max_wait}
-      if units * 1e6 / rate > max_wait + EPS then
+      if units * 1e6 / rate > max_wait + 1e-3 then
         retry, remaining, until_full = -1, cap - waiting, start - now
       elseif waiting == 0 and next_free <= now then
         admitted, remaining = true, cap
       else
         -- Every place of its class or a higher one is ahead of it; a full queue gives it the
         -- newest place of the lowest class below its own.
-        local ahead = units_before(key, (class + 1) * RANK)
+        local ahead = h.units_before(key, (class + 1) * 2^40)
         local mine = start + ahead * 1e6 / rate
         local victim
         if waiting + 1 > cap then
           local last = redis_call('ZRANGE', key .. ':t', -1, -1, 'WITHSCORES')
-          if last[1] and tonumber(last[2]) >= (class + 1) * RANK then victim = last[1] end
+          if last[1] and tonumber(last[2]) >= (class + 1) * 2^40 then victim = last[1] end
         end
         until_full = mine - now
         if waiting + 1 > cap and not victim then
           remaining = 0
           retry = max(0.001, start - now)
-        elseif mine - now > max_wait + EPS then
+        elseif mine - now > max_wait + 1e-3 then
           remaining = cap - waiting
           retry = mine - now - max_wait
         else
@@ -512,7 +569,7 @@ local function decide(commit, keys, k, n, a, out, o, shape, lease, lease_ms)
       local waiting = redis_call('ZCARD', qkey)
       local max_wait, units = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
       local start = max(now, next_free)
-      if units * 1e6 / rate > max_wait + EPS then
+      if units * 1e6 / rate > max_wait + 1e-3 then
         -- unit: cost, a slot longer than max_wait: it would hold everyone behind it past theirs.
         retry, remaining, until_full = -1, cap - waiting, start - now
       elseif waiting == 0 and next_free <= now then
@@ -523,7 +580,7 @@ local function decide(commit, keys, k, n, a, out, o, shape, lease, lease_ms)
           local head = redis_call('ZRANGE', qkey, 0, 0, 'WITHSCORES')
           remaining = 0
           retry = max(0.001, (tonumber(head[2]) or now) - now)
-        elseif start - now > max_wait + EPS then
+        elseif start - now > max_wait + 1e-3 then
           remaining = cap - waiting
           retry = start - now - max_wait
         else
@@ -543,129 +600,88 @@ local function decide(commit, keys, k, n, a, out, o, shape, lease, lease_ms)
     if retry == 0 and wait == 0 and extra == 0 then
       -- reply_num and dur written out for their common case: two Lua calls fewer a limit.
       local r, u = remaining, until_full * 1000 + 0.5
-      if r % 1 ~= 0 or r <= -SAFE or r >= SAFE then r = reply_num(r) end
-      if u > -FOREVER and u < FOREVER then u = u - u % 1 else u = dur(until_full) end
+      if r % 1 ~= 0 or r <= -2^53 or r >= 2^53 then r = helpers().reply_num(r) end
+      if u > -2^62 and u < 2^62 then u = u - u % 1 else u = helpers().dur(until_full) end
       out[w + 1], out[w + 2], out[w + 3] = a01, r, u
       w = w + 3
     else
-      out[w + 1], out[w + 2], out[w + 3] = a01 + 2, reply_num(remaining), dur(until_full)
-      out[w + 4] = retry == 0 and 0 or dur(retry)
-      out[w + 5] = wait == 0 and 0 or dur(wait)
-      out[w + 6] = extra == 0 and 0 or reply_num(extra)
+      local h = helpers()
+      out[w + 1], out[w + 2], out[w + 3] = a01 + 2, h.reply_num(remaining), h.dur(until_full)
+      out[w + 4] = retry == 0 and 0 or h.dur(retry)
+      out[w + 5] = wait == 0 and 0 or h.dur(wait)
+      out[w + 6] = extra == 0 and 0 or h.reply_num(extra)
       w = w + 6
     end
   end
   if not allowed and not shape then out[o + 2] = 0 end
-  if not commit or not allowed then return w end
-  for i = 1, n do
-    local key, kind, s = keys[k + i], kinds[i], more[i]
-    if oks[i] then
-      if kind == 'r' then
-        local tat = tats[i]
-        if tat > now and not (held_keys and held_keys[key]) then
-          -- save_rate written out for a state neither full nor held (nearly every one), its time
-          -- formatted into the state at once when whole.
-          local step = (tat + 1000000) / STEP
-          step = step - step % 1
-          local state
-          if tat % 1 == 0 and tat < SAFE then
-            state = format('+%d %s', tat, spells[i])
+  if commit and allowed then
+    for i = 1, n do
+      local key, kind, s = KEYS[k + i], kinds[i], more[i]
+      if oks[i] then
+        if kind == 'r' then
+          local tat = tats[i]
+          if tat > now and not (held_keys and held_keys[key]) then
+            -- save_rate written out for a state neither full nor held (nearly every one), its time
+            -- formatted into the state at once when whole.
+            local step = (tat + 1000000) / 1e7
+            step = step - step % 1
+            local state
+            if tat % 1 == 0 and tat < 2^53 then
+              state = format('+%d %s', tat, spells[i])
+            else
+              state = '+' .. num(tat) .. ' ' .. spells[i]
+            end
+            if step == kepts[i] then
+              redis_call('SET', key, state, 'KEEPTTL')
+            else
+              redis_call('SET', key, state, 'PX', ms(((step + 1) * 1e7 - now) / 1000))
+            end
           else
-            state = '+' .. num(tat) .. ' ' .. spells[i]
+            save_rate(key, tat, spells[i], kepts[i])
           end
-          if step == kepts[i] then
-            redis_call('SET', key, state, 'KEEPTTL')
+        elseif kind == 'q' then
+          -- Kept a day past the window's end, for settlements still on their way.
+          redis_call('HINCRBYFLOAT', key, 'u', amounts[i])
+          redis_call('PEXPIRE', key, ms(s.left / 1000 + 86400000))
+        elseif kind == 'c' then
+          local held_ms = tonumber(lease_ms)
+          redis_call('ZADD', key, now + held_ms * 1000, lease .. '|' .. amounts[i])
+          redis_call('PEXPIRE', key, ms(held_ms))
+        elseif kind == 'p' then
+          local h = helpers()
+          if s.queued then
+            if s.victim then
+              h.drop_place(key, s.victim)
+              redis_call('SADD', key .. ':d', h.place_ticket(s.victim))
+            end
+            local member = lease .. ':' .. i .. '|' .. s.units_s
+            redis_call('ZADD', key .. ':t', s.class * 2^40 + redis_call('INCR', key .. ':n'), member)
+            redis_call('ZADD', key .. ':h', now + 5e6, member)  -- its first ask is due within that
+            redis_call('HSET', key .. ':c', lease .. ':' .. i, num(now + s.max_wait))
+            h.keep_places(key, ms(s.max_wait / 1000 + 60000))
           else
-            redis_call('SET', key, state, 'PX', ms(((step + 1) * STEP - now) / 1000))
+            redis_call('SET', key, num(s.next_free), 'PX', ms((s.next_free - now) / 1000 + 1000))
           end
         else
-          save_rate(key, tat, spells[i], kepts[i])
-        end
-      elseif kind == 'q' then
-        -- Kept a day past the window's end, for settlements still on their way.
-        redis_call('HINCRBYFLOAT', key, 'u', amounts[i])
-        redis_call('PEXPIRE', key, ms(s.left / 1000 + 86400000))
-      elseif kind == 'c' then
-        local held_ms = tonumber(lease_ms)
-        redis_call('ZADD', key, now + held_ms * 1000, lease .. '|' .. amounts[i])
-        redis_call('PEXPIRE', key, ms(held_ms))
-      elseif kind == 'p' then
-        if s.queued then
-          if s.victim then
-            drop_place(key, s.victim)
-            redis_call('SADD', key .. ':d', place_ticket(s.victim))
+          local ttl = ms((s.next_free - now) / 1000 + 1000)
+          redis_call('SET', key, num(s.next_free), 'PX', ttl)
+          if s.start > now then
+            redis_call('ZADD', s.qkey, s.start, lease .. ':' .. i)
+            redis_call('PEXPIRE', s.qkey, ttl)
           end
-          local member = lease .. ':' .. i .. '|' .. s.units_s
-          redis_call('ZADD', key .. ':t', s.class * RANK + redis_call('INCR', key .. ':n'), member)
-          redis_call('ZADD', key .. ':h', now + HOLD, member)  -- its first ask is due within that
-          redis_call('HSET', key .. ':c', lease .. ':' .. i, num(now + s.max_wait))
-          keep_places(key, ms(s.max_wait / 1000 + 60000))
-        else
-          redis_call('SET', key, num(s.next_free), 'PX', ms((s.next_free - now) / 1000 + 1000))
-        end
-      else
-        local ttl = ms((s.next_free - now) / 1000 + 1000)
-        redis_call('SET', key, num(s.next_free), 'PX', ttl)
-        if s.start > now then
-          redis_call('ZADD', s.qkey, s.start, lease .. ':' .. i)
-          redis_call('PEXPIRE', s.qkey, ttl)
         end
       end
     end
   end
-  return w
+  o = w
+  k = k + n
+  a = shape and a + 1 + n or last + 1
 end
-
--- Decisions that a worker had at once, in one call (SPEC §18: the script's start, TIME and the
--- call's framing paid once): after the keys they share, the limits' arguments and the shapes
--- (below), each is its shape's index, then each limit's amount; a decision that holds
--- something under a lease sends its shape's index negated, then its lease and the lease's ms
--- (two strings fewer for Redis to make for every other). Each is decided on its own, in order,
--- exactly as if it were its own call; the reply is their limits' verdicts one after another
--- (one array: Redis converts a nested one element by element too).
-if op == 'decide_many' then
-  -- ARGV[3]: how many keys more than one decision touches (the gateway found them: a scan here
-  -- would cost Redis ~0.5 us a decision); they follow it.
-  local repeated = tonumber(ARGV[3])
-  if repeated > 0 then
-    held_keys = {}
-    for i = 4, 3 + repeated do held_keys[ARGV[i]] = true end
-  end
-  -- Then how many distinct limits' arguments the call has, and those, eight each (the amount
-  -- left empty): most of a tier's decisions share them, which the gateway then sends once.
-  local limits, at = {}, 5 + repeated
-  for p = 1, tonumber(ARGV[4 + repeated]) do
-    limits[p] = limit_at(at)
-    at = at + 8
-  end
-  -- Then how many shapes, and each: its limits' count and their places among those (1-based).
-  -- A decision's shape is the list of its limits, which one tier's decisions share.
-  local shapes = {}
-  for s = 1, tonumber(ARGV[at]) do
-    local n, shape = tonumber(ARGV[at + 1]), {}
-    for i = 1, n do shape[i] = limits[tonumber(ARGV[at + 1 + i])] end
-    shapes[s] = shape
-    at = at + 1 + n
-  end
-  fetch_keys()
-  local replies, o, k, a, last = {}, 0, 0, at + 1, #ARGV
-  while a <= last do
-    local s, lease, lease_ms = parse(ARGV[a]), '', ''
-    if s < 0 then s, lease, lease_ms, a = -s, ARGV[a + 1], ARGV[a + 2], a + 2 end
-    local shape = shapes[s]
-    local n = #shape
-    o = decide(true, KEYS, k, n, a, replies, o, shape, lease, lease_ms)
-    k = k + n
-    a = a + 1 + n
-  end
+if shapes then
   write_held()
-  return replies
+  return out
 end
--- Sized by its constructor for two limits (filling an empty table one entry at a time rehashes
--- it each time the size doubles); Redis's reply ends at the first nil.
-local out = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
-if #KEYS > 1 then fetch_keys() end
-for j = decide(op == 'decide', KEYS, 0, #KEYS, 3, out, 0, nil, ARGV[3], ARGV[4]) + 1, 14 do out[j] = nil end
+for j = o + 1, 14 do out[j] = nil end
 return out
 )lua";
 
