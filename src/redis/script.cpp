@@ -371,9 +371,10 @@ end
 
 -- What a decision keeps of each limit between checking it and charging it, by the limit's
 -- index: shared by the decisions of a call, as a table made per limit costs a rate bucket's
--- whole arithmetic. `more` holds what the queues and quotas need (nil for the rest); `spells`
--- each limit's "capacity rate" as the gateway spelled it, `amounts` its amount.
-local kinds, oks, tats, kepts, more, spells, amounts = {}, {}, {}, {}, {}, {}, {}
+-- whole arithmetic. `oks[i]`: false if refused, else the tat a rate bucket's charge leaves, or
+-- true; `more[i]`: a rate bucket's step of its key's expiry (nil: not known), what a queue's or
+-- a quota's charge needs. (What the limit itself is, is read again where it is charged.)
+local oks, more = {}, {}
 
 -- The decisions: one (decide, peek), or those that a worker had at once (decide_many: the
 -- script's start, TIME and the call's framing paid once, SPEC §18). In decide_many, after the
@@ -388,7 +389,7 @@ local out, o, k, a, last, shapes
 if op == 'decide_many' then
   -- ARGV[3]: how many keys more than one decision touches (the gateway found them: a scan here
   -- would cost Redis ~0.5 us a decision); they follow it.
-  local repeated = tonumber(ARGV[3])
+  local repeated = parse(ARGV[3])
   if repeated > 0 then
     held_keys, held, held_kept, held_step, held_order = {}, {}, {}, {}, {}
     for i = 4, 3 + repeated do held_keys[ARGV[i]] = true end
@@ -398,17 +399,17 @@ if op == 'decide_many' then
   -- is read once a call (read and parsed for every decision instead, a call cost Redis ~8% more):
   -- kind, capacity, rate, "capacity rate" as spelled, enforced, where its arguments start.
   local limits, at = {}, 5 + repeated
-  for p = 1, tonumber(ARGV[4 + repeated]) do
+  for p = 1, parse(ARGV[4 + repeated]) do
     local cap_s, rate_s = ARGV[at + 1], ARGV[at + 2]
-    limits[p] = {ARGV[at], tonumber(cap_s), tonumber(rate_s), cap_s .. ' ' .. rate_s, ARGV[at + 4] == '1', at}
+    limits[p] = {ARGV[at], parse(cap_s), parse(rate_s), cap_s .. ' ' .. rate_s, ARGV[at + 4] == '1', at}
     at = at + 8
   end
   -- Then how many shapes, and each: its limits' count and their places among those (1-based).
   -- A decision's shape is the list of its limits, which one tier's decisions share.
   shapes = {}
-  for s = 1, tonumber(ARGV[at]) do
-    local n, shape = tonumber(ARGV[at + 1]), {}
-    for i = 1, n do shape[i] = limits[tonumber(ARGV[at + 1 + i])] end
+  for s = 1, parse(ARGV[at]) do
+    local n, shape = parse(ARGV[at + 1]), {}
+    for i = 1, n do shape[i] = limits[parse(ARGV[at + 1 + i])] end
     shapes[s] = shape
     at = at + 1 + n
   end
@@ -458,7 +459,6 @@ while a <= last do
       kind, cap, rate, spelled, enforce = ARGV[b], parse(cap_s), parse(rate_s), cap_s .. ' ' .. rate_s, ARGV[b + 4] == '1'
       amount_s = ARGV[b + 3]
     end
-    spells[i], amounts[i] = spelled, amount_s
     local amount = parsed[amount_s] or parse(amount_s)
     local admitted, remaining, until_full, retry, wait, extra = false, 0, 0, 0, 0, 0
     local s = nil
@@ -502,7 +502,6 @@ while a <= last do
           if sub(v, sp + 1) ~= spelled then tat = resized(v, tat, cap, rate) end
         end
       end
-      kepts[i] = kept
       local tau = cap * 1e6 / rate
       local base = tat
       if base < now then base = now end
@@ -520,7 +519,7 @@ while a <= last do
         remaining = cap - max(0, tat - now) * rate / 1e6
         if amount > cap then retry = -1 else retry = new_tat - tau - now end
       end
-      tats[i] = new_tat
+      oks[i], more[i] = admitted and new_tat, kept
     elseif kind == 'c' then
       local used = helpers().in_use(key)
       admitted = used + amount <= cap + 1e-3
@@ -592,7 +591,7 @@ while a <= last do
       s = {qkey = qkey, start = start, next_free = start + units * 1e6 / rate}
     end
     if enforce and not admitted then allowed = false end
-    kinds[i], oks[i], more[i] = kind, admitted, s
+    if kind ~= 'r' then oks[i], more[i] = admitted, s end
     -- A limit's verdict: admitted, remaining, until full; then retry, wait and extra, which
     -- are nearly always 0 and then not sent (Redis turns each element into RESP): admitted is
     -- 0 or 1 for three elements, 2 or 3 for six.
@@ -616,10 +615,18 @@ while a <= last do
   if not allowed and not shape then out[o + 2] = 0 end
   if commit and allowed then
     for i = 1, n do
-      local key, kind, s = KEYS[k + i], kinds[i], more[i]
-      if oks[i] then
+      local key, ok, s = KEYS[k + i], oks[i], more[i]
+      if ok then
+        local kind, spelled, amount_s
+        if shape then
+          local limit = shape[i]
+          kind, spelled, amount_s = limit[1], limit[4], ARGV[a + i]
+        else
+          local b = a + 2 + (i - 1) * 8
+          kind, spelled, amount_s = ARGV[b], ARGV[b + 1] .. ' ' .. ARGV[b + 2], ARGV[b + 3]
+        end
         if kind == 'r' then
-          local tat = tats[i]
+          local tat = ok
           if tat > now and not (held_keys and held_keys[key]) then
             -- save_rate written out for a state neither full nor held (nearly every one), its time
             -- formatted into the state at once when whole.
@@ -627,25 +634,25 @@ while a <= last do
             step = step - step % 1
             local state
             if tat % 1 == 0 and tat < 2^53 then
-              state = format('+%d %s', tat, spells[i])
+              state = format('+%d %s', tat, spelled)
             else
-              state = '+' .. num(tat) .. ' ' .. spells[i]
+              state = '+' .. num(tat) .. ' ' .. spelled
             end
-            if step == kepts[i] then
+            if step == s then
               redis_call('SET', key, state, 'KEEPTTL')
             else
               redis_call('SET', key, state, 'PX', ms(((step + 1) * 1e7 - now) / 1000))
             end
           else
-            save_rate(key, tat, spells[i], kepts[i])
+            save_rate(key, tat, spelled, s)
           end
         elseif kind == 'q' then
           -- Kept a day past the window's end, for settlements still on their way.
-          redis_call('HINCRBYFLOAT', key, 'u', amounts[i])
+          redis_call('HINCRBYFLOAT', key, 'u', amount_s)
           redis_call('PEXPIRE', key, ms(s.left / 1000 + 86400000))
         elseif kind == 'c' then
           local held_ms = tonumber(lease_ms)
-          redis_call('ZADD', key, now + held_ms * 1000, lease .. '|' .. amounts[i])
+          redis_call('ZADD', key, now + held_ms * 1000, lease .. '|' .. amount_s)
           redis_call('PEXPIRE', key, ms(held_ms))
         elseif kind == 'p' then
           local h = helpers()
