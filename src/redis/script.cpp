@@ -88,11 +88,6 @@ local function ms(x) return max(1, min(ceil(x), 1e12)) end
 -- keeps the expiry already set (SET KEEPTTL costs Redis less than half of SET PX, which Redis 7
 -- rewrites for propagation). A state written so starts with '+', which older gateways read as the
 -- same number; one without it (an older gateway's: its expiry not aligned) is given one with PX.
--- (Written out where a decision reads and writes a state: a Lua call costs Redis more than it.)
-local function expiry_step(tat)
-  local step = (tat + 1000000) / 1e7
-  return step - step % 1
-end
 -- In a decide_many call, a bucket that more than one of its decisions touch (a tenant whose
 -- requests one turn of a worker's loop brought together) is read from Redis once and written
 -- once, as the call ends, not once a decision: `held_keys` names those keys; `held` has each
@@ -107,74 +102,134 @@ local held_keys, held, held_kept, held_step, held_order
 -- key's first read in the call, as every key is read before it is written (held or touched once).
 -- (unpack puts each key on Lua's stack, which holds ~8000: past 1000 keys, each is read alone.)
 local fetched = nil
--- `pre`: the key's value as fetched (false: none), or nil if not fetched.
-local function read_held(key, pre)
-  local v = held[key]
-  if v == nil then
-    if pre ~= nil then v = pre else v = redis_call('GET', key) end
-    held[key] = v
-    held_kept[key] = v and byte(v, 1) == 43 and expiry_step(tonumber(sub(v, 2, find(v, ' ', 1, true) - 1))) or nil
+-- What all but a decision on rate buckets alone (nearly every call) use, made by the first use
+-- in a call: a rate bucket's state read and written (settlements, leases, a key held or not
+-- fetched, a reload), H.dur and H.reply_num for verdicts out of the common range, concurrency
+-- (H.in_use) and the ranked queues (H.place_ticket, H.drop_place, H.purge_places,
+-- H.units_before and H.keep_places).
+-- A ranked queue ('p'): <key> holds the next free start; <key>:t the waiting places
+-- ("<ticket>|<units>") scored by class * 2^40 + arrival; <key>:h the same places scored by when
+-- their holder must next ask (5e6 us: a waiter asks at least every 0.5 s,
+-- RedisStore::k_turn_poll; a replica that died stops asking and its places go); <key>:c each
+-- ticket's latest start (its admission + max_wait); <key>:d the tickets displaced and not yet told.
+local H = nil
+local function helpers()
+  if H then return H end
+  H = {}
+  -- (Written out where a decision reads and writes a state: a Lua call costs Redis more than it.)
+  function H.expiry_step(tat)
+    local step = (tat + 1000000) / 1e7
+    return step - step % 1
   end
-  return v
-end
--- Writes a rate bucket's state (false: deletes its key, full again), or holds it for the call's
--- end; `step` is the step its expiry falls in, `kept` that of the expiry the key has (nil: not
--- known).
-local function write_rate(key, value, step, kept)
-  if held_keys and held_keys[key] then
-    if held_step[key] == nil then held_order[#held_order + 1] = key end
-    held[key], held_step[key] = value, step or false
-  elseif not value then
-    redis_call('DEL', key)
-  elseif step == kept then
-    redis_call('SET', key, value, 'KEEPTTL')
-  else
-    redis_call('SET', key, value, 'PX', ms(((step + 1) * 1e7 - now) / 1000))
+  -- `pre`: the key's value as fetched (false: none), or nil if not fetched.
+  function H.read_held(key, pre)
+    local v = held[key]
+    if v == nil then
+      if pre ~= nil then v = pre else v = redis_call('GET', key) end
+      held[key] = v
+      held_kept[key] = v and byte(v, 1) == 43 and H.expiry_step(tonumber(sub(v, 2, find(v, ' ', 1, true) - 1))) or nil
+    end
+    return v
   end
-end
-local function write_held()
-  if not held_keys then return end
-  held_keys = nil  -- from here on, each goes to Redis
-  for _, key in ipairs(held_order) do write_rate(key, held[key], held_step[key], held_kept[key]) end
-end
--- A state written under other limit sizes (a reload): its level kept in absolute units and
--- clamped to the new capacity; returns the tat of that level under the new sizes.
-local function resized(v, tat, cap, rate)
-  local c, r = match(v, ' (%S+) (%S+)$')
-  c, r = tonumber(c), tonumber(r)
-  local level = min(c - max(0, tat - now) * r / 1e6, cap)
-  return now + (cap - level) * 1e6 / rate
-end
--- The tat, and the step of the expiry the key has (nil: not known). The limit comes parsed and
--- as the gateway spelled it ("capacity rate", as a state repeats it); `initial`, the fill of a
--- bucket not there, as spelled. (A decision, which has its states fetched, does this written out.)
-local function load_rate(key, cap, rate, spelled, initial)
-  local v
-  if held_keys and held_keys[key] then v = read_held(key) else v = redis_call('GET', key) end
-  if not v then return now + cap * (1 - parse(initial)) * 1e6 / rate, nil end
-  -- The cheap check first: the limit as the gateway spells it. (Lua interns strings: a substring
-  -- equal to the spelled limit is that string, found, not a new one; compared in place with
-  -- find instead, Redis counted 0.9% more instructions.)
-  local sp = find(v, ' ', 1, true)
-  local tat = tonumber(sub(v, 1, sp - 1))
-  local kept = nil
-  if byte(v, 1) == 43 then  -- '+'
-    kept = (tat + 1000000) / 1e7
-    kept = kept - kept % 1
+  -- Writes a rate bucket's state (false: deletes its key, full again), or holds it for the call's
+  -- end; `step` is the step its expiry falls in, `kept` that of the expiry the key has (nil: not
+  -- known).
+  function H.write_rate(key, value, step, kept)
+    if held_keys and held_keys[key] then
+      if held_step[key] == nil then held_order[#held_order + 1] = key end
+      held[key], held_step[key] = value, step or false
+    elseif not value then
+      redis_call('DEL', key)
+    elseif step == kept then
+      redis_call('SET', key, value, 'KEEPTTL')
+    else
+      redis_call('SET', key, value, 'PX', ms(((step + 1) * 1e7 - now) / 1000))
+    end
   end
-  if sub(v, sp + 1) ~= spelled then tat = resized(v, tat, cap, rate) end
-  return tat, kept
-end
-local function save_rate(key, tat, spelled, kept)
-  if tat <= now then
-    -- Full: as if it were not there. A key that expires at this step's end anyway stays, full,
-    -- until then, as memory keeps a full bucket until its sweep: the decision that follows a
-    -- refund then keeps that expiry (SET KEEPTTL) instead of setting one (SET PX).
-    if kept ~= expiry_step(now) then return write_rate(key, false) end
-    tat = now
+  function H.write_held()
+    if not held_keys then return end
+    held_keys = nil  -- from here on, each goes to Redis
+    for _, key in ipairs(held_order) do H.write_rate(key, held[key], held_step[key], held_kept[key]) end
   end
-  local step = (tat + 1000000) / 1e7
-  write_rate(key, '+' .. num(tat) .. ' ' .. spelled, step - step % 1, kept)
+  -- A state written under other limit sizes (a reload): its level kept in absolute units and
+  -- clamped to the new capacity; returns the tat of that level under the new sizes.
+  function H.resized(v, tat, cap, rate)
+    local c, r = match(v, ' (%S+) (%S+)$')
+    c, r = tonumber(c), tonumber(r)
+    local level = min(c - max(0, tat - now) * r / 1e6, cap)
+    return now + (cap - level) * 1e6 / rate
+  end
+  -- The tat, and the step of the expiry the key has (nil: not known). The limit comes parsed and
+  -- as the gateway spelled it ("capacity rate", as a state repeats it); `initial`, the fill of a
+  -- bucket not there, as spelled. (A decision, which has its states fetched, does this written out.)
+  function H.load_rate(key, cap, rate, spelled, initial)
+    local v
+    if held_keys and held_keys[key] then v = H.read_held(key) else v = redis_call('GET', key) end
+    if not v then return now + cap * (1 - parse(initial)) * 1e6 / rate, nil end
+    -- The cheap check first: the limit as the gateway spells it. (Lua interns strings: a substring
+    -- equal to the spelled limit is that string, found, not a new one; compared in place with
+    -- find instead, Redis counted 0.9% more instructions.)
+    local sp = find(v, ' ', 1, true)
+    local tat = tonumber(sub(v, 1, sp - 1))
+    local kept = nil
+    if byte(v, 1) == 43 then  -- '+'
+      kept = (tat + 1000000) / 1e7
+      kept = kept - kept % 1
+    end
+    if sub(v, sp + 1) ~= spelled then tat = H.resized(v, tat, cap, rate) end
+    return tat, kept
+  end
+  function H.save_rate(key, tat, spelled, kept)
+    if tat <= now then
+      -- Full: as if it were not there. A key that expires at this step's end anyway stays, full,
+      -- until then, as memory keeps a full bucket until its sweep: the decision that follows a
+      -- refund then keeps that expiry (SET KEEPTTL) instead of setting one (SET PX).
+      if kept ~= H.expiry_step(now) then return H.write_rate(key, false) end
+      tat = now
+    end
+    local step = (tat + 1000000) / 1e7
+    H.write_rate(key, '+' .. num(tat) .. ' ' .. spelled, step - step % 1, kept)
+  end
+  -- A duration in ns from us, whole, saturated at 2^62.
+  function H.dur(x)
+    x = x * 1000 + 0.5
+    if x ~= x or x > 2^62 then return 2^62 elseif x < -2^62 then return -2^62 end
+    return x - x % 1
+  end
+  function H.reply_num(x)
+    if x % 1 == 0 and x > -2^53 and x < 2^53 then return x end
+    return format('%.17g', x)
+  end
+  -- Concurrency: a sorted set of leases ("<request>|<amount>") scored by expiry.
+  function H.in_use(key)
+    redis_call('ZREMRANGEBYSCORE', key, '-inf', now)
+    local used = 0
+    for _, m in ipairs(redis_call('ZRANGE', key, 0, -1)) do
+      used = used + tonumber(match(m, '|([^|]+)$'))
+    end
+    return used
+  end
+  function H.place_ticket(member) return match(member, '^(.*)|') end
+  function H.drop_place(key, member)
+    redis_call('ZREM', key .. ':t', member)
+    redis_call('ZREM', key .. ':h', member)
+    redis_call('HDEL', key .. ':c', H.place_ticket(member))
+  end
+  function H.purge_places(key)
+    for _, m in ipairs(redis_call('ZRANGEBYSCORE', key .. ':h', '-inf', now)) do H.drop_place(key, m) end
+  end
+  -- The units of the places ranked before `rank`, and how many they are.
+  function H.units_before(key, rank)
+    local sum, ids = 0, redis_call('ZRANGEBYSCORE', key .. ':t', '-inf', '(' .. format('%.17g', rank))
+    for _, m in ipairs(ids) do sum = sum + tonumber(match(m, '|([^|]+)$')) end
+    return sum, #ids
+  end
+  function H.keep_places(key, ttl)
+    for _, suffix in ipairs({':t', ':h', ':c', ':d', ':n'}) do
+      if redis_call('EXISTS', key .. suffix) == 1 then redis_call('PEXPIRE', key .. suffix, ttl) end
+    end
+  end
+  return H
 end
 if op == 'heartbeat' then
   local ttl = tonumber(ARGV[4])
@@ -218,7 +273,7 @@ if op == 'settle' or op == 'settle_batch' then
         end
       else
         local cap, rate, delta, spelled = parse(cap_s), parse(rate_s), parse(ARGV[b + 3]), cap_s .. ' ' .. rate_s
-        local loaded, kept = load_rate(key, cap, rate, spelled, '1')
+        local loaded, kept = helpers().load_rate(key, cap, rate, spelled, '1')
         local tat = max(loaded, now)
         if delta >= 0 then
           -- Debt is paid back, not forgiven: no floor at -C (SPEC §17).
@@ -226,7 +281,7 @@ if op == 'settle' or op == 'settle_batch' then
         else
           tat = max(tat - (-delta) * 1e6 / rate, now)
         end
-        save_rate(key, tat, spelled, kept)
+        helpers().save_rate(key, tat, spelled, kept)
       end
     end
   end
@@ -261,12 +316,12 @@ if op == 'lease' then
   local cap_s, rate_s = ARGV[3], ARGV[4]
   local cap, rate, want, least = tonumber(cap_s), tonumber(rate_s), tonumber(ARGV[5]), tonumber(ARGV[6])
   local spelled = cap_s .. ' ' .. rate_s
-  local loaded, kept = load_rate(KEYS[1], cap, rate, spelled, ARGV[7])
+  local loaded, kept = helpers().load_rate(KEYS[1], cap, rate, spelled, ARGV[7])
   local tat = max(loaded, now)
   local level = cap - (tat - now) * rate / 1e6
   local grant = min(want, level)
   if not (grant + 1e-3 >= least) or grant <= 0 then return {'0', num(level)} end
-  save_rate(KEYS[1], tat + grant * 1e6 / rate, spelled, kept)
+  helpers().save_rate(KEYS[1], tat + grant * 1e6 / rate, spelled, kept)
   return {num(grant), num(level - grant)}
 end
 
@@ -281,59 +336,6 @@ if op == 'quota' then
   return {num(tonumber(v[1] or '0')), num(tonumber(v[2] or '0'))}
 end
 
--- What only queues, concurrency limits and verdicts out of the common range use, made by the
--- first of them in a call: H.dur, H.reply_num, H.in_use and the ranked queues' H.place_ticket,
--- H.drop_place, H.purge_places, H.units_before and H.keep_places.
--- A ranked queue ('p'): <key> holds the next free start; <key>:t the waiting places
--- ("<ticket>|<units>") scored by class * 2^40 + arrival; <key>:h the same places scored by when
--- their holder must next ask (5e6 us: a waiter asks at least every 0.5 s,
--- RedisStore::k_turn_poll; a replica that died stops asking and its places go); <key>:c each
--- ticket's latest start (its admission + max_wait); <key>:d the tickets displaced and not yet told.
-local H = nil
-local function helpers()
-  if H then return H end
-  H = {}
-  -- A duration in ns from us, whole, saturated at 2^62.
-  function H.dur(x)
-    x = x * 1000 + 0.5
-    if x ~= x or x > 2^62 then return 2^62 elseif x < -2^62 then return -2^62 end
-    return x - x % 1
-  end
-  function H.reply_num(x)
-    if x % 1 == 0 and x > -2^53 and x < 2^53 then return x end
-    return format('%.17g', x)
-  end
-  -- Concurrency: a sorted set of leases ("<request>|<amount>") scored by expiry.
-  function H.in_use(key)
-    redis_call('ZREMRANGEBYSCORE', key, '-inf', now)
-    local used = 0
-    for _, m in ipairs(redis_call('ZRANGE', key, 0, -1)) do
-      used = used + tonumber(match(m, '|([^|]+)$'))
-    end
-    return used
-  end
-  function H.place_ticket(member) return match(member, '^(.*)|') end
-  function H.drop_place(key, member)
-    redis_call('ZREM', key .. ':t', member)
-    redis_call('ZREM', key .. ':h', member)
-    redis_call('HDEL', key .. ':c', H.place_ticket(member))
-  end
-  function H.purge_places(key)
-    for _, m in ipairs(redis_call('ZRANGEBYSCORE', key .. ':h', '-inf', now)) do H.drop_place(key, m) end
-  end
-  -- The units of the places ranked before `rank`, and how many they are.
-  function H.units_before(key, rank)
-    local sum, ids = 0, redis_call('ZRANGEBYSCORE', key .. ':t', '-inf', '(' .. format('%.17g', rank))
-    for _, m in ipairs(ids) do sum = sum + tonumber(match(m, '|([^|]+)$')) end
-    return sum, #ids
-  end
-  function H.keep_places(key, ttl)
-    for _, suffix in ipairs({':t', ':h', ':c', ':d', ':n'}) do
-      if redis_call('EXISTS', key .. suffix) == 1 then redis_call('PEXPIRE', key .. suffix, ttl) end
-    end
-  end
-  return H
-end
 
 -- A waiter asks whether its place has come: ARGV[3] its place, ARGV[4] the rate, ARGV[5] the
 -- drift allowed past its latest start (us); or leaves.
@@ -487,9 +489,9 @@ while a <= last do
       local v = fetched and fetched[k + i]
       local tat, kept
       if v == nil then
-        tat, kept = load_rate(key, cap, rate, spelled, ARGV[b + 5])
+        tat, kept = helpers().load_rate(key, cap, rate, spelled, ARGV[b + 5])
       else
-        if held_keys and held_keys[key] then v = read_held(key, v) end
+        if held_keys and held_keys[key] then v = helpers().read_held(key, v) end
         if not v then
           tat = now + cap * (1 - parse(ARGV[b + 5])) * 1e6 / rate
         else
@@ -499,7 +501,7 @@ while a <= last do
             kept = (tat + 1000000) / 1e7
             kept = kept - kept % 1
           end
-          if sub(v, sp + 1) ~= spelled then tat = resized(v, tat, cap, rate) end
+          if sub(v, sp + 1) ~= spelled then tat = helpers().resized(v, tat, cap, rate) end
         end
       end
       local tau = cap * 1e6 / rate
@@ -644,7 +646,7 @@ while a <= last do
               redis_call('SET', key, state, 'PX', ms(((step + 1) * 1e7 - now) / 1000))
             end
           else
-            save_rate(key, tat, spelled, s)
+            helpers().save_rate(key, tat, spelled, s)
           end
         elseif kind == 'q' then
           -- Kept a day past the window's end, for settlements still on their way.
@@ -685,7 +687,7 @@ while a <= last do
   a = shape and a + 1 + n or last + 1
 end
 if shapes then
-  write_held()
+  if held_keys then helpers().write_held() end
   return out
 end
 for j = o + 1, 14 do out[j] = nil end
