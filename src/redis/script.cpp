@@ -24,12 +24,12 @@ namespace {
 constexpr std::string_view k_script = R"lua(
 -- Each table and closure a call makes costs Redis 2-3.5k instructions (its allocation, its upvalues
 -- found, then the collector's work): they were most of the ~190k instructions a call cost besides
--- its decisions. So each op makes only what it uses; what only queues, concurrency limits and rare
--- verdicts use is made on first use (helpers()); the decisions are written out in the call's body;
--- and constants are literals, not locals (a local that a function uses is an upvalue, made each
--- call): 1e-3 the slack of a comparison; 1e18 the deepest debt and the largest quota counter (SPEC
--- §17: the state file's range, core::k_max_counter); 2^53 the first integer a double cannot step by
--- 1; 1e7 us the step of a rate bucket's expiry (below); 2^62 ns the longest duration in a verdict
+-- its decisions. So each op makes only what it uses; what a decision on rate buckets alone does not
+-- use is made on first use (helpers()); the decisions are written out in the call's body; and
+-- constants are literals, not locals (a local that a function uses is an upvalue, made each call):
+-- 1e-3 the slack of a comparison; 1e18 the deepest debt and the largest quota counter (SPEC §17:
+-- the state file's range, core::k_max_counter); 2^53 the first integer a double cannot step by 1;
+-- 1e7 us the step of a rate bucket's expiry (below); 2^62 ns the longest duration in a verdict
 -- (core::k_forever).
 -- The library's functions as locals: a global is a table lookup at every use.
 local tonumber, floor, max, min, ceil = tonumber, math.floor, math.max, math.min, math.ceil
@@ -387,7 +387,7 @@ local oks, more = {}, {}
 -- the reply is their limits' verdicts one after another (one array: Redis converts a nested one
 -- element by element too).
 local commit = op == 'decide' or op == 'decide_many'
-local out, o, k, a, last, shapes
+local out, o, k, a, args_end, shapes
 if op == 'decide_many' then
   -- ARGV[3]: how many keys more than one decision touches (the gateway found them: a scan here
   -- would cost Redis ~0.5 us a decision); they follow it.
@@ -415,11 +415,11 @@ if op == 'decide_many' then
     shapes[s] = shape
     at = at + 1 + n
   end
-  out, o, k, a, last = {}, 0, 0, at + 1, #ARGV
+  out, o, k, a, args_end = {}, 0, 0, at + 1, #ARGV
 else
   -- Sized by its constructor for two limits (filling an empty table one entry at a time rehashes
   -- it each time the size doubles); Redis's reply ends at the first nil.
-  out, o, k, a, last = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 0, 0, 3, 3
+  out, o, k, a, args_end = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 0, 0, 3, 3
 end
 if #KEYS > 1 and #KEYS <= 1000 then fetched = redis_call('MGET', unpack(KEYS)) end
 
@@ -430,7 +430,7 @@ if #KEYS > 1 and #KEYS <= 1000 then fetched = redis_call('MGET', unpack(KEYS)) e
 -- time and whether all admit (not in decide_many, whose gateway reads neither), then each
 -- limit's. (Written out in the call's body, not as a function: a function's upvalues are made
 -- each call, and each use of one is an instruction more.)
-while a <= last do
+while a <= args_end do
   local shape, n, lease, lease_ms
   if shapes then
     local index = parse(ARGV[a])
@@ -684,7 +684,7 @@ while a <= last do
   end
   o = w
   k = k + n
-  a = shape and a + 1 + n or last + 1
+  a = shape and a + 1 + n or args_end + 1
 end
 if shapes then
   if held_keys then helpers().write_held() end
