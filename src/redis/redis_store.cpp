@@ -138,6 +138,7 @@ struct RedisStore::Answer {
 struct RedisStore::Together {
     explicit Together(const net::any_io_executor& ex) : wake(ex, std::chrono::steady_clock::time_point::max()) {}
     std::vector<std::string> args;  // its own decide_call
+    std::chrono::steady_clock::time_point queued = std::chrono::steady_clock::now();
     Answer answer;
     net::steady_timer wake;  // cancelled when the answer is there
 };
@@ -147,8 +148,10 @@ struct RedisStore::Client {
     unsigned connections_per_shard = 1;
     std::vector<std::unique_ptr<Shard>> shards;  // by the master's lasting index
     std::deque<std::vector<std::string>> retry;
-    // Decisions of this turn of the loop, sent in one call once the turn's handlers have run.
+    // Decisions of this turn of the loop, sent in one call once the turn's handlers have run, or
+    // while such a call is out, held until it is answered.
     std::vector<std::shared_ptr<Together>> together;
+    std::size_t together_in_flight = 0;
 };
 
 RedisStore::RedisStore(StoreOptions options, const core::Clock& clock, StoreEvents events)
@@ -376,11 +379,12 @@ std::string RedisStore::next_lease() {
     return lease;
 }
 
-net::awaitable<Result> RedisStore::call(Client& c, std::vector<std::string> args) {
+net::awaitable<Result> RedisStore::call(Client& c, std::vector<std::string> args,
+                                        std::optional<std::chrono::nanoseconds> within) {
     // A cluster may redirect a call a few times (a slot migrating, then moved), each followed
     // at once; TRYAGAIN (a migration's keys half moved) waits a little, within the timeout.
     constexpr int k_attempts = 8;
-    auto timeout = std::chrono::nanoseconds(options_.config.timeout);
+    auto timeout = within.value_or(std::chrono::nanoseconds(options_.config.timeout));
     auto give_up = std::chrono::steady_clock::now() + timeout;
     bool as_text = false;
     std::optional<std::size_t> asked;  // ASK: that master, this once, after ASKING
@@ -671,31 +675,42 @@ net::awaitable<RedisStore::Answer> RedisStore::decide_together(Client& c, std::v
     waiting->args = std::move(args);
     c.together.push_back(waiting);
     // Posted, so it runs after the handlers already queued: the requests that this turn of the
-    // loop read each reach their decision first, and go in the same call.
-    if (c.together.size() == 1) net::post(c.ex, [this, &c] { send_together(c); });
+    // loop read each reach their decision first, and go in the same call. While a call of this
+    // worker's is out, they wait for its answer and go together then: with two workers at 64
+    // connections, 0.08 calls a request instead of 0.11, and 0.88x the memory store's req/s
+    // instead of 0.77 (docs/redis.md).
+    if (c.together.size() == 1 && c.together_in_flight == 0) net::post(c.ex, [this, &c] { send_together(c); });
     co_await waiting->wake.async_wait(k_use);
     co_return std::move(waiting->answer);
 }
 
 void RedisStore::send_together(Client& c) {
+    if (c.together.empty()) return;
     auto turn = std::move(c.together);
     c.together.clear();
     for (std::size_t first = 0; first < turn.size(); first += k_together_max) {
         std::vector<std::shared_ptr<Together>> part(
             turn.begin() + static_cast<std::ptrdiff_t>(first),
             turn.begin() + static_cast<std::ptrdiff_t>(std::min(turn.size(), first + k_together_max)));
+        ++c.together_in_flight;
         net::co_spawn(c.ex, decide_as_one(c, std::move(part)), net::detached);
     }
 }
 
 net::awaitable<void> RedisStore::decide_as_one(Client& c, std::vector<std::shared_ptr<Together>> part) {
-    if (part.size() == 1) {
-        part.front()->answer.result = co_await call(c, std::move(part.front()->args));
+    // The time a decision waited for the call before is part of its timeout: a request never
+    // waits on Redis longer than store.redis.timeout in all.
+    auto within =
+        std::chrono::nanoseconds(options_.config.timeout) - (std::chrono::steady_clock::now() - part.front()->queued);
+    if (within <= std::chrono::nanoseconds::zero()) {
+        for (auto& w : part) w->answer = Answer{Result{CallError::timeout, {}}, nullptr, {}};
+    } else if (part.size() == 1) {
+        part.front()->answer.result = co_await call(c, std::move(part.front()->args), within);
     } else {
         std::vector<std::vector<std::string>> decisions;
         decisions.reserve(part.size());
         for (auto& w : part) decisions.push_back(std::move(w->args));
-        auto r = co_await call(c, decide_many_call("", decisions).args);
+        auto r = co_await call(c, decide_many_call("", decisions).args, within);
         // One reply for the call, each decision reading its own verdict in it.
         std::shared_ptr<const Reply> reply;
         std::optional<std::vector<std::span<const Reply>>> each;
@@ -708,6 +723,7 @@ net::awaitable<void> RedisStore::decide_as_one(Client& c, std::vector<std::share
             part[i]->answer = each ? Answer{Result{}, reply, (*each)[i]} : Answer{r, nullptr, {}};
     }
     for (auto& w : part) w->wake.cancel();
+    if (--c.together_in_flight == 0 && !c.together.empty()) send_together(c);
 }
 
 net::awaitable<limiter::ShapeQueue::StartCheck> RedisStore::queue_turn(const Decision& decision, const Charge& charge,

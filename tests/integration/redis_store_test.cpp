@@ -594,6 +594,36 @@ TEST(RedisStore, DecisionsOfOneTurnOfTheLoopGoInOneCallEachOnItsOwn) {
     EXPECT_NE(stats.find("cmdstat_evalsha:calls=3,"), std::string::npos) << stats;
 }
 
+// While a worker's call is out, the decisions it reaches wait for that call's answer and then
+// go together (fewer, larger calls: SPEC §18), each in the order it came.
+TEST(RedisStore, DecisionsReachedWhileACallIsOutGoTogetherWhenItIsAnswered) {
+    REQUIRE_REDIS();
+    RedisServer redis;
+    Fixture f(redis);
+    auto requests = spec("requests", Algorithm::token_bucket, 30, 0.001);
+    std::vector<Charge> acme = {charge(requests, Level::tenant, "acme", 1)};
+    ASSERT_TRUE(f.run(true, acme).allowed);  // connected, the script loaded
+    ASSERT_EQ(redis.command({"CONFIG", "RESETSTAT"}), "+OK\r\n");
+    std::vector<std::optional<Decision>> out(3);
+    auto reach = [&](std::size_t i) {
+        net::co_spawn(f.ioc, f.store.decide(acme),
+                      [&out, i](std::exception_ptr, Decision d) { out[i] = std::move(d); });
+        f.ioc.run_for(20ms);  // its own turns of the loop; the store's timeout is 200 ms
+    };
+    redis.pause();  // the first call is written and not answered while the others come
+    for (std::size_t i = 0; i < out.size(); ++i) reach(i);
+    redis.resume();
+    f.run_until([&] { return std::all_of(out.begin(), out.end(), [](const auto& d) { return d.has_value(); }); });
+    for (std::size_t i = 0; i < out.size(); ++i) {
+        ASSERT_TRUE(out[i]) << i;
+        EXPECT_FALSE(out[i]->unavailable) << i;
+        EXPECT_TRUE(out[i]->allowed) << i;
+        EXPECT_NEAR(out[i]->statuses[0].verdict.remaining, 30 - 2 - static_cast<double>(i), 0.01) << i;
+    }
+    auto stats = redis.command({"INFO", "commandstats"});
+    EXPECT_NE(stats.find("cmdstat_evalsha:calls=2,"), std::string::npos) << stats;  // 3 without the wait
+}
+
 // A call names a limit's items once and each decision's amount on its own: decisions of one
 // call that share a limit but not an amount are each charged their own.
 TEST(RedisStore, DecisionsInOneCallEachChargeTheirOwnAmount) {

@@ -4,9 +4,11 @@
 #include <boost/asio/awaitable.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -166,10 +168,13 @@ private:
     core::Nanos quota_now() const;
     double script_now_us() const;
     std::string next_lease();
-    boost::asio::awaitable<Result> call(Client& client, std::vector<std::string> args);
+    /// One call, answered within `within` (default store.redis.timeout).
+    boost::asio::awaitable<Result> call(Client& client, std::vector<std::string> args,
+                                        std::optional<std::chrono::nanoseconds> within = std::nullopt);
     boost::asio::awaitable<limiter::Decision> run_decision(std::span<const limiter::Charge> charges, bool commit);
     /// A committing decision's call, made together with the others this worker has in the same
-    /// turn of its loop: one decide_many call for them all (one plain call when alone).
+    /// turn of its loop (or while its last such call is out): one decide_many call for them all
+    /// (one plain call when alone).
     struct Answer;
     struct Together;
     static constexpr std::size_t k_together_max = 64;
